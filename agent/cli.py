@@ -1,0 +1,323 @@
+"""The ``agent`` command line.
+
+    agent run [TASK] [--device web] [--url URL] [--policy ocr|scripted] [--script FILE]
+              [--max-steps N] [--dry-run] [--config FILE] [--set section.key=value ...]
+    agent show PATH            print a recorded run or episode
+    agent doctor               check that the browser, fonts and OCR models are in place
+
+Exit codes: 0 success or claimed; 1 the episode ended otherwise (failure, infeasible, truncated,
+aborted); 2 bad input (arguments, config, unwritable run folder); 130 interrupted by Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("agent")
+
+EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent",
+        description="handeye: let a policy see and operate a screen, and record every step.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one task on a device until it is done", description=(
+        "Observe, decide, act, settle and record until the policy finishes, declares the task "
+        "infeasible, the step budget runs out, an error occurs or Ctrl-C. Without --url the "
+        "built-in demo page is used, whose tasks are checked by code."))
+    run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
+    run.add_argument("--device", choices=["web"], help="device to drive (config: device.kind)")
+    run.add_argument("--url", help="start page for the web device (config: device.url)")
+    run.add_argument("--policy", choices=["ocr", "scripted"], help="who decides (config: policy.kind)")
+    run.add_argument("--script", help="JSON list of actions for --policy scripted (config: policy.script)")
+    run.add_argument("--max-steps", type=_positive_int, help="step budget (config: agent.max_steps)")
+    run.add_argument("--dry-run", action="store_true", help="record what would be done without doing it")
+    run.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    run.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
+    run.add_argument("--config", help="config file (default: ./config.toml when present, else built-in defaults)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     help="override one config option; repeatable")
+
+    show = sub.add_parser("show", help="print a recorded run or episode")
+    show.add_argument("path", help="a run folder (runs/<run_id>) or an episode folder")
+
+    sub.add_parser("doctor", help="check the browser, fonts, OCR models and run folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "show":
+        return _cmd_show(args)
+    return _cmd_doctor(args)
+
+
+def _setup_logging(verbosity: int) -> None:
+    from rich.logging import RichHandler
+
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
+                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)], force=True)
+    for noisy in ("RapidOCR", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _error(message: str) -> int:
+    _console().print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return EXIT_USAGE
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    import json
+
+    out: list[str] = []
+    for flag, key in (("device", "device.kind"), ("url", "device.url"), ("policy", "policy.kind"),
+                      ("script", "policy.script"), ("max_steps", "agent.max_steps"), ("runs_dir", "record.runs_dir")):
+        value = getattr(args, flag)
+        if value is not None:
+            out.append(f"{key}={json.dumps(value)}")
+    if args.dry_run:
+        out.append("agent.dry_run=true")
+    if args.headed:
+        out.append("web.headless=false")
+    return out + list(args.overrides)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in ("handeye", "playwright", "rapidocr", "onnxruntime", "numpy", "opencv-python-headless"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from envs.errors import RecordError
+
+    config_path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    try:
+        cfg = load_config(config_path, _overrides(args))
+        plan = _plan(cfg, args.task)
+    except AgentError as e:
+        return _error(str(e))
+    except (RecordError, OSError) as e:
+        return _error(str(e))
+    try:
+        return _execute(cfg, plan)
+    finally:
+        if plan.site is not None:
+            plan.site.close()
+
+
+class _Plan:
+    """What a run needs, resolved from config and arguments before anything starts."""
+
+    def __init__(self) -> None:
+        self.task = ""
+        self.url = ""
+        self.site: Any = None
+        self.builtin: Any = None
+        self.policy: Any = None
+        self.secrets: Any = None
+        self.guard: Any = None
+        self.run: Any = None
+
+
+def _plan(cfg: Any, task: str | None) -> _Plan:
+    from agent.errors import ConfigError
+    from agent.secrets import Secrets
+    from devices.errors import NavigationError
+    from devices.web import check_url
+    from envs.site import LocalSite
+    from envs.tasks import BUILTIN_TASKS, DEFAULT_TASK, find_builtin
+    from envs.trajectory import RunWriter
+    from policy.errors import PolicyUnavailable
+
+    plan = _Plan()
+    if cfg.device.url:
+        if not task:
+            raise ConfigError("give the task to do on that page, e.g. agent run \"Click Sign in\" --url URL")
+        try:
+            check_url(cfg.device.url)
+        except NavigationError as e:
+            raise ConfigError(str(e)) from None
+        plan.task, plan.url = task, cfg.device.url
+    else:
+        plan.task = task or BUILTIN_TASKS[DEFAULT_TASK].instruction
+        plan.builtin = find_builtin(plan.task)
+        if plan.builtin is not None and plan.builtin.name == plan.task:
+            plan.task = plan.builtin.instruction  # a task given by name runs its instruction
+        plan.site = LocalSite()
+        plan.url = plan.site.url(plan.builtin.page if plan.builtin else "demo.html")
+    try:
+        plan.policy = _build_policy(cfg)
+    except PolicyUnavailable as e:
+        raise ConfigError(str(e)) from None
+    plan.secrets = Secrets(dict(cfg.secrets))
+    plan.guard = _build_guard(cfg)
+    plan.run = RunWriter(cfg.record.runs_dir, config={"config": cfg.to_dict(), "versions": versions()},
+                         frame_format=cfg.record.frame_format, fsync=cfg.record.fsync)
+    return plan
+
+
+def _build_policy(cfg: Any) -> Any:
+    from policy.errors import PolicyUnavailable
+
+    if cfg.policy.kind == "scripted":
+        from policy.scripted import ScriptedPolicy
+
+        if not cfg.policy.script:
+            raise PolicyUnavailable("the scripted policy needs a script: --script FILE (a JSON list of actions)")
+        return ScriptedPolicy.from_file(cfg.policy.script)
+    from policy.ocr import OcrPolicy
+
+    return OcrPolicy(cfg.ocr)
+
+
+def _build_guard(cfg: Any) -> Any:
+    from agent.guard import AllowAll, KindGuard
+    from devices.actions import ActionKind
+
+    if not cfg.guard.refuse and not cfg.guard.confirm:
+        return AllowAll()
+    confirm = None
+    if sys.stdin.isatty():
+        from rich.prompt import Confirm
+
+        def confirm(action: Any) -> bool:
+            return Confirm.ask(f"Allow [bold]{action.describe()}[/]?", default=False)
+
+    return KindGuard(frozenset(ActionKind(k) for k in cfg.guard.refuse),
+                     frozenset(ActionKind(k) for k in cfg.guard.confirm), confirm)
+
+
+def _execute(cfg: Any, plan: _Plan) -> int:
+    from agent.loop import LoopOptions, run_episode
+    from agent.summary import print_step, print_summary
+    from devices.web import PlaywrightDevice
+    from envs.records import Outcome
+
+    console = _console()
+    writer = plan.run.episode(
+        task=plan.task,
+        env=(plan.builtin.describe() if plan.builtin else {"name": "url", "url": plan.url}),
+        policy=plan.policy.describe(),
+        dry_run=cfg.agent.dry_run,
+    )
+    device = PlaywrightDevice(cfg.web, cfg.settle, url=plan.url)
+    options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
+    console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
+    interrupted = False
+    try:
+        asyncio.run(run_episode(
+            plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
+            checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
+            on_step=lambda step: print_step(console, step),
+        ))
+    except KeyboardInterrupt:
+        interrupted = True
+    record = writer.record
+    print_summary(console, record, writer.path)
+    if interrupted or record.outcome is Outcome.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from agent.summary import print_episode
+    from envs.errors import RecordFormatError
+    from envs.trajectory import iter_episodes, read_episode
+
+    path = Path(args.path)
+    try:
+        episodes = list(iter_episodes(path)) if (path / "run.json").exists() else [read_episode(path)]
+    except RecordFormatError as e:
+        return _error(str(e))
+    console = _console()
+    for episode in episodes:
+        print_episode(console, episode)
+    return EXIT_OK
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from devices.browser import find_browser, has_cjk_font
+    from devices.errors import DeviceUnavailable
+    from envs.errors import RecordError
+    from envs.trajectory import check_writable
+
+    console = _console()
+    problems = 0
+
+    def report(ok: bool | None, what: str, detail: str) -> None:
+        nonlocal problems
+        mark = "[green]ok[/]" if ok else "[yellow]?[/]" if ok is None else "[red]missing[/]"
+        problems += ok is False
+        console.print(f"{mark:>18} {what}: {detail}", soft_wrap=True)
+
+    try:
+        import playwright  # noqa: F401
+
+        report(True, "playwright", metadata.version("playwright"))
+    except ImportError:
+        report(False, "playwright", "pip install 'handeye[web]'")
+    try:
+        report(True, "browser", find_browser())
+    except DeviceUnavailable as e:
+        report(False, "browser", str(e))
+    cjk = has_cjk_font()
+    report(cjk, "CJK font", "found" if cjk else "install fonts-noto-cjk" if cjk is False else "fc-list not available")
+    try:
+        import rapidocr  # noqa: F401
+
+        report(True, "OCR engine", f"rapidocr {metadata.version('rapidocr')} (models inside the package)")
+    except ImportError:
+        report(False, "OCR engine", "pip install 'handeye[ocr]'")
+    try:
+        check_writable(Path("runs"))
+        report(True, "run folder", str(Path("runs").resolve()))
+    except RecordError as e:
+        report(False, "run folder", str(e))
+    return EXIT_OK if problems == 0 else EXIT_EPISODE_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

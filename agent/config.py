@@ -1,0 +1,240 @@
+"""Configuration: ``config.toml`` read into nested frozen dataclasses, with ``--set`` overrides.
+
+Every section is a dataclass whose fields all have defaults; a field's docstring (the string under
+it) is its documentation, and ``config.toml`` at the repository root lists every option with it.
+Unknown sections or keys are errors that name the closest valid one; values are type-checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ConfigError
+from devices.settle import SettleConfig
+from devices.web import WebConfig
+from policy.ocr import OcrConfig
+
+DEVICE_KINDS = ("web",)
+POLICY_KINDS = ("ocr", "scripted")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    max_steps: int = 15
+    """Step budget of an episode: steps that chose an action (executed, refused or dry-run)."""
+    max_parse_retries: int = 3
+    """Consecutive unparseable decisions tolerated before the episode is aborted."""
+    dry_run: bool = False
+    """Record what would be done without doing it."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.max_parse_retries < 0:
+            raise ValueError(f"max_parse_retries must be 0 or more, got {self.max_parse_retries}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    kind: str = "web"
+    """Which device to drive: web (more arrive with the desktop and Android drivers)."""
+    url: str = ""
+    """Start page of the web device; empty = the built-in demo page with its own task checker."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    kind: str = "ocr"
+    """Which policy decides: ocr (offline text grounding, no model) or scripted (a JSON list of actions)."""
+    script: str = ""
+    """For the scripted policy: path of a JSON file holding a list of actions."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(POLICY_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class GuardConfig:
+    refuse: tuple[str, ...] = ()
+    """Action kinds never executed (e.g. ["open_url"]); the policy is told they were refused."""
+    confirm: tuple[str, ...] = ()
+    """Action kinds that need a yes on the terminal first; refused when there is no terminal."""
+
+    def __post_init__(self) -> None:
+        from devices.actions import ActionKind
+
+        valid = {k.value for k in ActionKind}
+        for name in (*self.refuse, *self.confirm):
+            if name not in valid:
+                close = difflib.get_close_matches(name, sorted(valid), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"{name!r} is not an action kind{hint}")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    runs_dir: str = "runs"
+    """Folder that receives one sub-folder per run."""
+    frame_format: str = "png"
+    """Stored frame encoding: png (lossless, the exact frame the policy saw) or jpeg (smaller)."""
+    fsync: bool = False
+    """fsync every step to disk (survives power loss, costs a few ms per step)."""
+
+    def __post_init__(self) -> None:
+        if self.frame_format not in ("png", "jpeg"):
+            raise ValueError(f"frame_format {self.frame_format!r} must be png or jpeg")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    web: WebConfig = field(default_factory=WebConfig)
+    settle: SettleConfig = field(default_factory=SettleConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
+    secrets: tuple[tuple[str, str], ...] = ()
+    """Credentials: NAME = "env:VARIABLE"; actions refer to them as {{secret:NAME}}."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data (secrets as their env: references, never values)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = dict(value) if f.name == "secrets" else dataclasses.asdict(value)
+        return out
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "secrets"}  # type: ignore[misc]
+
+
+def _closest(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+    elif origin in (typing.Union, types.UnionType):
+        raise ConfigError(f"{where}: unsupported option type {hint}")  # no such field today
+    expected = getattr(hint, "__name__", None) or ("a list of strings" if origin is tuple else str(hint))
+    raise ConfigError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
+
+
+def _build_section(name: str, cls: type, values: Any) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"[{name}] must be a table of options, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"unknown option {name}.{key}: {_closest(key, names)}valid options of [{name}]: {', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], f"{name}.{key}")
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ConfigError(f"[{name}] {e}") from None
+
+
+def _secrets(values: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(values, dict):
+        raise ConfigError(f"[secrets] must be a table of NAME = \"env:VARIABLE\", got {values!r}")
+    out = []
+    for key, ref in values.items():
+        if not isinstance(ref, str) or not ref.startswith("env:") or len(ref) <= 4:
+            raise ConfigError(
+                f"secrets.{key} must name an environment variable, like {key} = \"env:HANDEYE_{key.upper()}\"; "
+                "credentials are never written in config files"
+            )
+        out.append((key, ref))
+    return tuple(out)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``section.key=value`` -> (section, key, value); the value is read as TOML, else kept as a string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. --set agent.max_steps=5")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # bare words and URLs need no quotes on the command line
+    return section, key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a config file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist; pass --config with an existing file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"config file {path} cannot be read: {e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+    for text in overrides:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise ConfigError(f"--set {text!r}: {section} is not a section")
+        data[section][key] = value
+    valid = [*SECTIONS, "secrets"]
+    kwargs: dict[str, Any] = {}
+    for name, values in data.items():
+        if name == "secrets":
+            kwargs[name] = _secrets(values)
+        elif name in SECTIONS:
+            kwargs[name] = _build_section(name, SECTIONS[name], values)
+        else:
+            raise ConfigError(f"unknown config section [{name}]: {_closest(name, valid)}sections are {', '.join(valid)}")
+    return Config(**kwargs)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a config dataclass, read from its source."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = nxt.value.value.strip()
+    return docs

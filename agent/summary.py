@@ -1,0 +1,90 @@
+"""What the CLI prints: a line per step while running, and a one-screen summary at the end."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from envs.records import EpisodeRecord, Outcome, StepRecord
+from envs.trajectory import Episode
+
+OUTCOME_STYLE = {
+    Outcome.SUCCESS: "bold green", Outcome.CLAIMED: "green", Outcome.FAILURE: "bold red",
+    Outcome.INFEASIBLE: "yellow", Outcome.TRUNCATED: "yellow", Outcome.ABORTED: "bold red",
+    Outcome.INTERRUPTED: "yellow",
+}
+PHASE_ORDER = ("start", "observe", "decide", "guard", "act", "settle", "verify", "record")
+
+
+def describe_action(data: dict[str, Any] | None) -> str:
+    if data is None:
+        return "(no action)"
+    from devices.actions import Action
+
+    try:
+        return Action.from_dict(data).describe()
+    except ValueError:
+        return str(data)
+
+
+def print_step(console: Any, step: StepRecord) -> None:
+    if step.parse_error:
+        what = f"[red]unparsed[/] {step.parse_error}"
+    else:
+        what = describe_action(step.action)
+        if step.error:
+            what += f" [red]{step.error['type']}[/]"
+        elif step.guard and step.guard.get("verdict") == "refuse":
+            what += f" [yellow]refused[/] ({step.guard.get('reason', '')})"
+        elif step.guard and step.guard.get("dry_run"):
+            what += " [dim](dry run)[/]"
+        if step.target and step.target.get("text"):
+            what += f" [dim]→ {step.target.get('tag')} “{step.target['text'][:40]}”[/]"
+    total = sum(step.latency.values())
+    console.print(f"  step {step.index:>3}  {what}  [dim]{total * 1000:.0f} ms[/]", soft_wrap=True)
+
+
+def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> None:
+    from rich.table import Table
+
+    outcome = record.outcome
+    style = OUTCOME_STYLE.get(outcome, "bold red") if outcome else "bold red"
+    table = Table(title=None, show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("phase")
+    table.add_column("total", justify="right")
+    table.add_column("per step", justify="right")
+    steps = max(record.num_steps, 1)
+    for phase in PHASE_ORDER:
+        seconds = record.timings.get(phase, 0.0)
+        if seconds or phase in ("observe", "decide", "act", "settle", "record"):
+            per = "" if phase == "start" else f"{seconds / steps * 1000:.0f} ms"
+            table.add_row(phase, f"{seconds:.2f} s", per)
+    wall = (record.ended_at or record.started_at) - record.started_at
+    console.print()
+    console.print(f"[{style}]{(outcome.value if outcome else 'unfinished').upper()}[/]  "
+                  f"{record.num_steps} step{'s' if record.num_steps != 1 else ''} in {wall:.1f} s   task: {record.task}")
+    if record.reason:
+        console.print(f"  reason: {record.reason.get('type')}: {record.reason.get('message')}", soft_wrap=True)
+    if record.verifier:
+        console.print(f"  checker: {'passed' if record.verifier.get('success') else 'failed'} "
+                      f"(expected {record.verifier.get('expected')}, page says {record.verifier.get('clicked')})")
+    if record.answer:
+        console.print(f"  answer: {record.answer}")
+    console.print(table)
+    console.print(f"  trajectory: [bold]{episode_path}[/]  (agent show {episode_path})", soft_wrap=True)
+
+
+def print_episode(console: Any, episode: Episode) -> None:
+    record = episode.record
+    outcome = record.outcome.value if record.outcome else "unfinished"
+    console.print(f"[bold]{record.run_id}/{record.episode_id}[/]  {outcome}  task: {record.task}", soft_wrap=True)
+    if record.reason:
+        console.print(f"  reason: {record.reason.get('type')}: {record.reason.get('message')}", soft_wrap=True)
+    for step in episode.steps:
+        print_step(console, step)
+    if episode.truncated_tail:
+        console.print("  [yellow]the last step was cut off when the process died[/]")
+    decide = [s.latency.get("decide", 0.0) for s in episode.steps]
+    if decide:
+        console.print(f"  median decide {statistics.median(decide) * 1000:.0f} ms, frames in {episode.path / 'frames'}")

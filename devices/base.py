@@ -1,0 +1,129 @@
+"""Observation, ActionResult and the async Device protocol that every driver implements."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from devices.actions import Action, ActionKind
+from devices.settle import SettleResult
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """A normalized frame box (x1, y1, x2, y2), each in [0, 1], x1 <= x2, y1 <= y2."""
+
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+    def clipped(self) -> Box:
+        c = lambda v: min(1.0, max(0.0, v))  # noqa: E731 - a box partly off screen is shown by its visible part
+        return Box(c(self.x1), c(self.y1), c(self.x2), c(self.y2))
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.x1 <= x <= self.x2 and self.y1 <= y <= self.y2
+
+    def to_pixels(self, width: int, height: int) -> tuple[int, int, int, int]:
+        """The pixel rectangle covering the box: [left, top, right, bottom) in a width x height frame."""
+        return (
+            int(self.x1 * width),
+            int(self.y1 * height),
+            min(width, int(np.ceil(self.x2 * width))),
+            min(height, int(np.ceil(self.y2 * height))),
+        )
+
+    def as_list(self) -> list[float]:
+        return [self.x1, self.y1, self.x2, self.y2]
+
+    @property
+    def center(self) -> tuple[float, float]:
+        return (self.x1 + self.x2) / 2, (self.y1 + self.y2) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One screen capture.
+
+    ``frame`` is RGB uint8, H x W x 3. ``encoded`` is the frame exactly as the device delivered it
+    (``encoding`` says the format) so a recorder can store it without encoding again; it decodes to
+    exactly ``frame`` when the encoding is lossless. ``sensitive_boxes`` are regions (password fields)
+    that must be blurred before the frame is stored.
+    """
+
+    frame: np.ndarray
+    timestamp: float = field(default_factory=time.time)
+    meta: dict[str, Any] = field(default_factory=dict)
+    encoded: bytes | None = None
+    encoding: str | None = None
+    sensitive_boxes: tuple[Box, ...] = ()
+
+    def __post_init__(self) -> None:
+        f = self.frame
+        if not isinstance(f, np.ndarray) or f.dtype != np.uint8 or f.ndim != 3 or f.shape[2] != 3:
+            raise ValueError(
+                "Observation.frame must be an RGB uint8 array of shape (H, W, 3), got "
+                f"{getattr(f, 'dtype', type(f).__name__)} {getattr(f, 'shape', '')}"
+            )
+
+    @property
+    def width(self) -> int:
+        return int(self.frame.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.frame.shape[0])
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(W, H) of the frame in pixels."""
+        return self.width, self.height
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What happened when a device performed an action.
+
+    ``target_box`` is the box of the element under the action's point where the device can tell
+    (web: the DOM element), normalized to the frame. ``sensitive`` is true when text went into a
+    password field, so the recorder masks it.
+    """
+
+    action: Action
+    ok: bool = True
+    detail: str = ""
+    target_box: Box | None = None
+    target: dict[str, Any] | None = None
+    sensitive: bool = False
+
+
+@runtime_checkable
+class Device(Protocol):
+    """An async screen: observe it, act on it, wait for it to settle.
+
+    Life cycle: ``await start()`` (or ``async with``), any number of observe / act / settle calls,
+    then ``await close()``. A device that died raises DeviceDisconnected from every call.
+    """
+
+    name: str
+
+    @property
+    def supported_actions(self) -> frozenset[ActionKind]: ...
+
+    async def start(self) -> None: ...
+
+    async def observe(self) -> Observation: ...
+
+    async def act(self, action: Action) -> ActionResult: ...
+
+    async def settle(self) -> SettleResult: ...
+
+    async def close(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the device for the episode record (kind, size, versions)."""
+        ...

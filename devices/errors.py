@@ -1,0 +1,42 @@
+"""Errors raised by devices.
+
+    DeviceError                 base class; every device failure is one of these
+    ├── InvalidAction           an Action that breaks the action contract (bad point, missing field)
+    ├── UnsupportedAction       a valid Action this device cannot perform
+    ├── DeviceUnavailable       the device (browser, phone, display) could not be found or started
+    ├── DeviceDisconnected      the device went away mid-episode (browser killed, phone unplugged)
+    ├── DeviceTimeout           the device did not answer in time
+    └── NavigationError         a URL could not be opened
+
+Messages say what failed, with which values, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class DeviceError(Exception):
+    """Base class for every device failure."""
+
+
+class InvalidAction(DeviceError, ValueError):
+    """An Action breaks the action contract (see docs/actions.md)."""
+
+
+class UnsupportedAction(DeviceError):
+    """A valid Action that this device does not support."""
+
+
+class DeviceUnavailable(DeviceError):
+    """The device could not be found or started."""
+
+
+class DeviceDisconnected(DeviceError):
+    """The device went away while in use."""
+
+
+class DeviceTimeout(DeviceError, TimeoutError):
+    """The device did not answer within its timeout."""
+
+
+class NavigationError(DeviceError):
+    """A URL could not be opened."""

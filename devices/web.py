@@ -1,0 +1,532 @@
+"""The web device: one Chromium page driven through Playwright.
+
+Coordinate contract (docs/actions.md): the frame shows the browser's visual viewport; an action
+point (x, y) maps to the CSS point X = vv.offsetLeft + x * vv.width, Y = vv.offsetTop + y * vv.height
+of the layout viewport (the space of ``clientX`` and ``elementFromPoint``), where vv is
+``window.visualViewport`` as of the last observation. Device pixel ratio, scrolling and CSS zoom
+therefore change nothing, and pinch zoom is followed through the visual viewport's offset and size.
+Input events (``Input.dispatchMouseEvent``, which Playwright's mouse uses) take CSS pixels relative
+to the *visual* viewport, so the mouse gets (x * vv.width, y * vv.height): the browser adds the
+offset itself. Playwright takes floats, so the point is passed unrounded.
+
+Frames come from the DevTools protocol (``Page.captureScreenshot``, PNG with ``optimizeForSpeed``):
+lossless, about as fast as JPEG in Chromium (the time goes into producing the frame, not encoding
+it; see docs/benchmarks.md), and the PNG bytes are stored as they are, so the recorded frame is the
+exact frame the policy saw.
+
+The capture goes through a CDP session of our own, and Chromium renders a session's screenshot with
+*that session's* device-metrics emulation: a session without one captures CSS-sized frames, and a
+clipped capture restores the session's own (empty) emulation afterwards, which silently drops the
+device pixel ratio and viewport that Playwright set on its session. So the device mirrors
+Playwright's metrics on its session (``_sync_emulation``) before capturing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from devices.actions import Action, ActionKind, ScrollDirection
+from devices.base import ActionResult, Box, Observation
+from devices.browser import find_browser, has_cjk_font
+from devices.errors import (
+    DeviceDisconnected,
+    DeviceError,
+    DeviceTimeout,
+    DeviceUnavailable,
+    InvalidAction,
+    NavigationError,
+    UnsupportedAction,
+)
+from devices.frames import decode, decode_small_gray
+from devices.settle import SettleConfig, SettleResult, wait_until_settled
+
+log = logging.getLogger(__name__)
+
+URL_SCHEMES = ("http", "https", "file", "about", "data")
+
+WEB_ACTIONS = frozenset(
+    {
+        ActionKind.CLICK,
+        ActionKind.DOUBLE_CLICK,
+        ActionKind.RIGHT_CLICK,
+        ActionKind.HOVER,
+        ActionKind.DRAG,
+        ActionKind.SCROLL,
+        ActionKind.TYPE,
+        ActionKind.KEY,
+        ActionKind.HOTKEY,
+        ActionKind.OPEN_URL,
+        ActionKind.BACK,
+        ActionKind.WAIT,
+    }
+)
+
+#: lower-case pieces of Playwright messages that mean the page or browser is gone for good
+_GONE_MARKERS = (
+    "target page, context or browser has been closed",
+    "browser has been closed",
+    "target closed",
+    "target crashed",
+    "page crashed",
+    "browser closed",
+    "connection closed",
+)
+#: lower-case pieces of Playwright messages that mean a navigation replaced the document mid-call
+_NAVIGATION_RACE_MARKERS = (
+    "execution context was destroyed",
+    "cannot find context with specified id",
+    "frame was detached",
+)
+_NAVIGATION_RETRIES = 5
+
+# One round trip gathers everything an observation needs besides the pixels.
+_VIEW_JS = """() => {
+  const v = window.visualViewport;
+  const pw = [];
+  for (const el of document.querySelectorAll('input[type=password]')) {
+    const b = el.getBoundingClientRect();
+    if (b.width > 0 && b.height > 0) pw.push([b.left, b.top, b.right, b.bottom]);
+  }
+  return {ox: v.offsetLeft, oy: v.offsetTop, w: v.width, h: v.height, scale: v.scale,
+          px: v.pageLeft, py: v.pageTop, dpr: window.devicePixelRatio, sx: window.scrollX,
+          sy: window.scrollY, url: location.href, title: document.title, pw: pw};
+}"""
+
+_ELEMENT_JS = """([x, y]) => {
+  const el = document.elementFromPoint(x, y);
+  if (!el) return null;
+  const b = el.getBoundingClientRect();
+  const a = document.activeElement;
+  return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
+          // never a password field's value: target text is stored in trajectories
+          text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
+                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
+          box: [b.left, b.top, b.right, b.bottom]};
+}"""
+
+_FOCUS_IS_PASSWORD_JS = """() => {
+  let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  return !!a && a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
+}"""
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    browser_path: str = ""
+    """Chromium/Chrome executable; empty = Playwright's browser if installed, else the system's."""
+    headless: bool = True
+    """Run the browser without a window."""
+    viewport_width: int = 1280
+    """Viewport width in CSS pixels."""
+    viewport_height: int = 720
+    """Viewport height in CSS pixels."""
+    device_scale_factor: float = 1.0
+    """Device pixel ratio of the emulated screen (2 for a HiDPI laptop or a phone)."""
+    frame_scale: str = "device"
+    """Frame resolution: "device" (CSS size x device pixel ratio) or "css" (CSS size)."""
+    locale: str = "en-US"
+    """Browser locale (Accept-Language, navigator.language)."""
+    navigation_timeout_s: float = 20.0
+    """Seconds to wait for a page to load before the URL counts as unreachable."""
+    action_timeout_s: float = 10.0
+    """Seconds any single browser call may take before the device counts as hung."""
+    extra_args: tuple[str, ...] = ()
+    """Extra Chromium command-line flags."""
+
+    def __post_init__(self) -> None:
+        if not (100 <= self.viewport_width <= 8192 and 100 <= self.viewport_height <= 8192):
+            raise ValueError(
+                f"web viewport {self.viewport_width}x{self.viewport_height} is out of range; use 100..8192 CSS pixels"
+            )
+        if not 0.5 <= self.device_scale_factor <= 4:
+            raise ValueError(f"web.device_scale_factor={self.device_scale_factor} must be between 0.5 and 4")
+        if self.frame_scale not in ("device", "css"):
+            raise ValueError(f"web.frame_scale={self.frame_scale!r} must be 'device' or 'css'")
+        if self.navigation_timeout_s <= 0 or self.action_timeout_s <= 0:
+            raise ValueError("web timeouts must be positive seconds")
+
+
+def check_url(url: str) -> str:
+    """The URL if a browser can open it, else NavigationError saying what is wrong."""
+    scheme = urlparse(url).scheme.lower()
+    if scheme not in URL_SCHEMES:
+        raise NavigationError(
+            f"cannot open {url!r}: the URL needs one of the schemes {', '.join(URL_SCHEMES)} "
+            "(for example https://example.com)"
+        )
+    return url
+
+
+class PlaywrightDevice:
+    """A Chromium page. Use as ``async with PlaywrightDevice(cfg, url=...) as dev:``."""
+
+    name = "web"
+
+    def __init__(
+        self,
+        config: WebConfig | None = None,
+        settle_config: SettleConfig | None = None,
+        url: str | None = None,
+    ) -> None:
+        self.config = config or WebConfig()
+        self.settle_config = settle_config or SettleConfig()
+        self.start_url = check_url(url) if url else None
+        self._pw: Any = None
+        self._browser: Any = None
+        self._context: Any = None
+        self._page: Any = None
+        self._cdp: Any = None
+        self._view: dict[str, Any] | None = None
+        self._emulated: tuple[int, int, float] | None = None
+        self._disconnected = False
+        self._executable = ""
+        self.browser_version = ""
+
+    # -- life cycle -----------------------------------------------------------------------------
+    @property
+    def supported_actions(self) -> frozenset[ActionKind]:
+        return WEB_ACTIONS
+
+    @property
+    def page(self) -> Any:
+        """The Playwright page, for environments that read page state to check a task."""
+        if self._page is None:
+            raise DeviceError("the web device is not started; call `await device.start()` first")
+        return self._page
+
+    async def __aenter__(self) -> PlaywrightDevice:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._page is not None:
+            raise DeviceError("the web device is already started")
+        try:
+            from playwright.async_api import async_playwright
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise DeviceUnavailable("Playwright is not installed; run `make setup` or `pip install 'handeye[web]'`") from e
+        cfg = self.config
+        self._pw = await async_playwright().start()
+        try:
+            self._executable = find_browser(cfg.browser_path, _playwright_browser(self._pw))
+            args = [
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+                *cfg.extra_args,
+            ]
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                args.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox on
+            try:
+                self._browser = await self._pw.chromium.launch(
+                    executable_path=self._executable, headless=cfg.headless, args=args, timeout=60_000
+                )
+            except Exception as e:
+                raise DeviceUnavailable(f"could not launch {self._executable}: {_first_line(e)}") from e
+            self._browser.on("disconnected", lambda _b: self._mark_disconnected())
+            self.browser_version = self._browser.version
+            self._context = await self._browser.new_context(
+                viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
+                device_scale_factor=cfg.device_scale_factor,
+                locale=cfg.locale,
+            )
+            self._context.set_default_timeout(cfg.action_timeout_s * 1000)
+            self._context.set_default_navigation_timeout(cfg.navigation_timeout_s * 1000)
+            self._page = await self._context.new_page()
+            self._cdp = await self._context.new_cdp_session(self._page)
+            await self._sync_emulation()
+        except BaseException:
+            await self.close()
+            raise
+        if has_cjk_font() is False:
+            log.warning("no font covering Chinese was found: CJK text will render as boxes; install fonts-noto-cjk")
+        if self.start_url:
+            await self.goto(self.start_url)
+
+    async def close(self) -> None:
+        for obj, method in ((self._browser, "close"), (self._pw, "stop")):
+            if obj is not None:
+                try:
+                    await asyncio.wait_for(getattr(obj, method)(), timeout=10)
+                except Exception as e:  # closing a dead browser is not worth an error
+                    log.debug("ignoring %s while closing the browser", type(e).__name__)
+        self._pw = self._browser = self._context = self._page = self._cdp = None
+        self._emulated = None
+
+    def _mark_disconnected(self) -> None:
+        self._disconnected = True
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "kind": "web",
+            "browser": self._executable,
+            "browser_version": self.browser_version,
+            "viewport": [cfg.viewport_width, cfg.viewport_height],
+            "device_scale_factor": cfg.device_scale_factor,
+            "frame_scale": cfg.frame_scale,
+        }
+
+    # -- the calls ------------------------------------------------------------------------------
+    async def _call(self, what: str, coro: Any) -> Any:
+        """Await a Playwright call, turning its errors into DeviceErrors that say what to do."""
+        if self._page is None:
+            coro.close()
+            raise DeviceError(f"cannot {what}: the web device is not started")
+        if self._disconnected:
+            coro.close()
+            raise DeviceDisconnected(f"cannot {what}: the browser has gone away (crashed or was killed)")
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            return await asyncio.wait_for(coro, timeout=self.config.action_timeout_s + 5)
+        except (PlaywrightTimeout, asyncio.TimeoutError) as e:
+            if self._disconnected:
+                raise DeviceDisconnected(f"cannot {what}: the browser has gone away") from e
+            raise DeviceTimeout(
+                f"{what} took longer than {self.config.action_timeout_s} s; the page may be hung "
+                "(raise web.action_timeout_s if it is only slow)"
+            ) from e
+        except PlaywrightError as e:
+            message = _first_line(e)
+            # Match Playwright's own "gone" messages, not any "closed": a server that drops the
+            # connection (net::ERR_CONNECTION_CLOSED) is a navigation error, not a dead browser.
+            gone = any(marker in message.lower() for marker in _GONE_MARKERS)
+            if self._disconnected or gone or not self._browser.is_connected() or self._page.is_closed():
+                self._disconnected = True
+                raise DeviceDisconnected(f"cannot {what}: the browser has gone away ({message})") from e
+            raise DeviceError(f"{what} failed: {message}") from e
+
+    async def _evaluate_readonly(self, what: str, script: str, arg: Any = None) -> Any:
+        """Evaluate a side-effect-free script, asking again when a navigation replaced the document
+        under it (right after a click on a link, or while a failed load shows its error page)."""
+        for attempt in range(_NAVIGATION_RETRIES + 1):
+            try:
+                return await self._call(what, self.page.evaluate(script, arg))
+            except (DeviceDisconnected, DeviceTimeout):
+                raise
+            except DeviceError as e:
+                if attempt == _NAVIGATION_RETRIES or not any(m in str(e).lower() for m in _NAVIGATION_RACE_MARKERS):
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def goto(self, url: str) -> None:
+        check_url(url)
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            await self._call(f"open {url}", self.page.goto(url, wait_until="load"))
+        except DeviceDisconnected:
+            raise
+        except DeviceTimeout as e:
+            raise NavigationError(
+                f"{url} did not finish loading within {self.config.navigation_timeout_s} s; "
+                "check that the server answers, or raise web.navigation_timeout_s"
+            ) from e
+        except DeviceError as e:
+            cause = e.__cause__
+            detail = _first_line(cause) if isinstance(cause, PlaywrightError) else str(e)
+            raise NavigationError(
+                f"could not open {url}: {detail}; check the address and that the server is running"
+            ) from e
+        self._view = None
+
+    async def evaluate(self, expression: str, arg: Any = None) -> Any:
+        """Run JavaScript in the page (environments use this to check a task from page state)."""
+        return await self._call("evaluate JavaScript", self.page.evaluate(expression, arg))
+
+    async def _read_view(self) -> dict[str, Any]:
+        view = await self._evaluate_readonly("read the viewport", _VIEW_JS)
+        self._view = view
+        return view
+
+    def _metrics(self) -> tuple[int, int, float]:
+        """(width, height, device scale factor) that Playwright emulates on the page."""
+        size = self.page.viewport_size or {"width": self.config.viewport_width, "height": self.config.viewport_height}
+        return int(size["width"]), int(size["height"]), float(self.config.device_scale_factor)
+
+    async def _sync_emulation(self) -> None:
+        """Give our CDP session the same device metrics as Playwright's (see the module docstring)."""
+        metrics = self._metrics()
+        if metrics == self._emulated:
+            return
+        width, height, dpr = metrics
+        params = {
+            "width": width,
+            "height": height,
+            "deviceScaleFactor": dpr,
+            "mobile": False,
+            "screenWidth": width,
+            "screenHeight": height,
+            "screenOrientation": {"angle": 0, "type": "landscapePrimary"},
+        }
+        await self._call("mirror the viewport emulation", self._cdp.send("Emulation.setDeviceMetricsOverride", params))
+        self._emulated = metrics
+
+    async def _capture(self, params: dict[str, Any]) -> bytes:
+        await self._sync_emulation()
+        reply = await self._call("take a screenshot", self._cdp.send("Page.captureScreenshot", params))
+        return base64.b64decode(reply["data"])
+
+    async def observe(self) -> Observation:
+        view = await self._read_view()
+        params: dict[str, Any] = {"format": "png", "optimizeForSpeed": True}
+        if self.config.frame_scale == "css" and abs(view["dpr"] - 1) > 1e-6:
+            # An unclipped capture is the visual viewport in device pixels. For CSS-sized frames,
+            # clip exactly the visual viewport (page coordinates) and scale it so that its
+            # vv.width * scale * dpr device pixels come out as the layout viewport's CSS size.
+            params["clip"] = {
+                "x": view["px"],
+                "y": view["py"],
+                "width": view["w"],
+                "height": view["h"],
+                "scale": view["scale"] / view["dpr"],
+            }
+        data = await self._capture(params)
+        frame = decode(data)
+        h, w = frame.shape[:2]
+        boxes = tuple(
+            b
+            for b in (self._css_box_to_frame(r, view) for r in view["pw"])
+            if b.x2 > b.x1 and b.y2 > b.y1
+        )
+        meta = {
+            "url": view["url"],
+            "title": view["title"],
+            "viewport_css": [view["w"], view["h"]],
+            "viewport_offset_css": [view["ox"], view["oy"]],
+            "page_scale": view["scale"],
+            "device_pixel_ratio": view["dpr"],
+            "scroll": [view["sx"], view["sy"]],
+        }
+        return Observation(frame=frame, meta=meta, encoded=data, encoding="png", sensitive_boxes=boxes)
+
+    def _css_box_to_frame(self, rect: list[float], view: dict[str, Any]) -> Box:
+        left, top, right, bottom = rect
+        return Box(
+            (left - view["ox"]) / view["w"],
+            (top - view["oy"]) / view["h"],
+            (right - view["ox"]) / view["w"],
+            (bottom - view["oy"]) / view["h"],
+        ).clipped()
+
+    def to_visual(self, x: float, y: float, view: dict[str, Any]) -> tuple[float, float]:
+        """Map a normalized frame point to CSS pixels relative to the visual viewport (what input takes)."""
+        # x = 1 is the right edge of the last pixel; nudge it inside so the event lands on the page.
+        eps = 1e-3
+        return min(x * view["w"], view["w"] - eps), min(y * view["h"], view["h"] - eps)
+
+    def to_css(self, x: float, y: float, view: dict[str, Any]) -> tuple[float, float]:
+        """Map a normalized frame point to the layout-viewport CSS point (clientX/Y, elementFromPoint)."""
+        vx, vy = self.to_visual(x, y, view)
+        return view["ox"] + vx, view["oy"] + vy
+
+    async def act(self, action: Action) -> ActionResult:
+        kind = action.kind
+        if kind not in WEB_ACTIONS:
+            if kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
+                raise InvalidAction(f"{kind.value} ends the episode and is not sent to a device")
+            raise UnsupportedAction(
+                f"the web device cannot {kind.value}; it supports {', '.join(sorted(k.value for k in WEB_ACTIONS))}"
+            )
+        view = self._view or await self._read_view()
+        page = self.page
+        mouse, keyboard = page.mouse, page.keyboard
+        target: dict[str, Any] | None = None
+        target_box: Box | None = None
+        if action.point is not None:
+            px, py = self.to_visual(action.point.x, action.point.y, view)
+            cx, cy = self.to_css(action.point.x, action.point.y, view)
+            target = await self._evaluate_readonly("find the element under the point", _ELEMENT_JS, [cx, cy])
+            if target is not None:
+                target_box = self._css_box_to_frame(target.pop("box"), view)
+        detail = ""
+        sensitive = False
+        if kind is ActionKind.CLICK:
+            await self._call("click", mouse.click(px, py))
+        elif kind is ActionKind.DOUBLE_CLICK:
+            await self._call("double-click", mouse.dblclick(px, py))
+        elif kind is ActionKind.RIGHT_CLICK:
+            await self._call("right-click", mouse.click(px, py, button="right"))
+        elif kind is ActionKind.HOVER:
+            await self._call("hover", mouse.move(px, py))
+        elif kind is ActionKind.DRAG:
+            assert action.end is not None
+            ex, ey = self.to_visual(action.end.x, action.end.y, view)
+            await self._call("drag", self._drag(px, py, ex, ey))
+        elif kind is ActionKind.SCROLL:
+            mx, my = (px, py) if action.point is not None else self.to_visual(0.5, 0.5, view)
+            amount = action.amount or 0.5
+            dx = dy = 0.0
+            if action.direction in (ScrollDirection.UP, ScrollDirection.DOWN):
+                dy = amount * view["h"] * (1 if action.direction is ScrollDirection.DOWN else -1)
+            else:
+                dx = amount * view["w"] * (1 if action.direction is ScrollDirection.RIGHT else -1)
+            await self._call("move the mouse", mouse.move(mx, my))
+            await self._call("scroll", mouse.wheel(dx, dy))
+        elif kind is ActionKind.TYPE:
+            if action.point is not None:
+                await self._call("click before typing", mouse.click(px, py))
+            sensitive = bool(await self._evaluate_readonly("check the focused field", _FOCUS_IS_PASSWORD_JS))
+            await self._call("type", keyboard.type(action.text or ""))
+        elif kind is ActionKind.KEY:
+            await self._call("press a key", keyboard.press(action.keys[0]))
+        elif kind is ActionKind.HOTKEY:
+            await self._call("press a hotkey", keyboard.press("+".join(action.keys)))
+        elif kind is ActionKind.OPEN_URL:
+            await self.goto(action.text or "")
+        elif kind is ActionKind.BACK:
+            response = await self._call("go back", page.go_back(wait_until="load"))
+            detail = "" if response is not None else "no earlier page in history"
+        elif kind is ActionKind.WAIT:
+            await asyncio.sleep(action.duration_s or 0.0)
+        self._view = None
+        return ActionResult(action=action, detail=detail, target=target, target_box=target_box, sensitive=sensitive)
+
+    async def _drag(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        mouse = self.page.mouse
+        await mouse.move(x0, y0)
+        await mouse.down()
+        await mouse.move(x1, y1, steps=12)
+        await mouse.up()
+
+    async def grab_small(self) -> np.ndarray:
+        """A small gray frame of the visible viewport for settling: a low-quality JPEG, decoded at
+        reduced size and resized to ``settle_config.width`` so that the changed-pixel threshold means
+        the same share of the screen whatever the viewport size and pixel ratio."""
+        data = await self._capture({"format": "jpeg", "quality": 40, "optimizeForSpeed": True})
+        width, height, dpr = self._metrics()
+        return decode_small_gray(data, width=self.settle_config.width, expected_width=round(width * dpr))
+
+    async def settle(self) -> SettleResult:
+        return await wait_until_settled(self.grab_small, self.settle_config)
+
+
+def _playwright_browser(pw: Any) -> str | None:
+    try:
+        return pw.chromium.executable_path
+    except Exception:  # Playwright without its own browser download
+        return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    # Playwright appends a call log after a blank line; the first line is the message.
+    return text.splitlines()[0].removeprefix("Error: ").strip()

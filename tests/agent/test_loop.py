@@ -1,0 +1,230 @@
+"""The closed loop on a real Chromium: outcomes, retries, guard, dry run, secrets, crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.guard import KindGuard
+from agent.loop import LoopOptions, run_episode
+from agent.secrets import MASK, Secrets
+from devices.actions import Action, ActionKind, Point
+from devices.settle import SettleConfig
+from devices.web import PlaywrightDevice, WebConfig
+from envs.records import Outcome
+from envs.tasks import ClickTask
+from envs.trajectory import RunWriter, read_episode
+from policy.scripted import ScriptedPolicy
+from tests.conftest import kill_browsers
+
+# Buttons at known CSS positions in an 800x600 viewport; the page records clicks like the demo page.
+BUTTONS_HTML = """<!doctype html><html><body style="margin:0">
+<button id="ok" style="position:absolute;left:100px;top:100px;width:200px;height:60px">OK</button>
+<button id="no" style="position:absolute;left:500px;top:100px;width:200px;height:60px">No</button>
+<input id="pw" type="password" style="position:absolute;left:100px;top:300px;width:300px;height:40px">
+<input id="name" style="position:absolute;left:100px;top:400px;width:300px;height:40px">
+<script>
+window.handeye = {clicks: []};
+for (const b of document.querySelectorAll('button')) b.addEventListener('click', () => {
+  window.handeye.clicks.push(b.id); document.body.dataset.clicked = b.id; });
+</script></body></html>"""
+
+OK = Point(200 / 800, 130 / 600)
+NO = Point(600 / 800, 130 / 600)
+PW = Point(250 / 800, 320 / 600)
+FAST_SETTLE = SettleConfig(min_s=0.0, deadline_s=1.0)
+
+
+def _device(url: str) -> PlaywrightDevice:
+    return PlaywrightDevice(WebConfig(viewport_width=800, viewport_height=600), FAST_SETTLE, url=url)
+
+
+def _run(tmp_path: Path, url: str, script, *, checker=None, options=None, guard=None, secrets=None, task="t", device=None):
+    run = RunWriter(tmp_path / "runs", config={"test": True})
+    writer = run.episode(task=task)
+    record = asyncio.run(
+        run_episode(task, device or _device(url), ScriptedPolicy(script), writer, options=options or LoopOptions(),
+                    guard=guard, checker=checker, secrets=secrets)
+    )
+    return record, read_episode(writer.path)
+
+
+@pytest.fixture
+def page_url(site, pages_dir: Path) -> str:
+    (pages_dir / "buttons.html").write_text(BUTTONS_HTML)
+    return site.url("buttons.html")
+
+
+OK_TASK = ClickTask("ok", "click OK", "buttons.html", "ok")
+
+
+def test_success_is_verified_by_the_checker_and_every_step_is_recorded(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
+                           checker=OK_TASK.check)
+    assert record.outcome is Outcome.SUCCESS
+    assert record.return_ == 1.0
+    assert [s.index for s in episode.steps] == [0, 1]
+    click, finish = episode.steps
+    assert click.executed and click.action["kind"] == "click"
+    assert click.target["id"] == "ok"
+    # The element box reported by the device, normalized to the 800x600 frame.
+    assert click.target_box == pytest.approx((100 / 800, 100 / 600, 300 / 800, 160 / 600), abs=1e-6)
+    assert click.frame_size == (800, 600) and click.model_input_size == (800, 600)
+    assert click.step_id == f"{record.run_id}/{record.episode_id}/0"
+    assert not finish.executed and finish.reward == 1.0 and finish.verifier["clicked"] == "ok"
+    # The stored frame is the observation the policy saw: it decodes to a real 800x600 screenshot.
+    frame = episode.frame(click)
+    assert frame.shape == (600, 800, 3) and frame.std() > 1
+    assert set(record.timings) >= {"observe", "decide", "act", "settle", "record"}
+    assert record.timings["observe"] > 0 and record.timings["act"] > 0
+
+
+def test_wrong_click_is_a_failure(tmp_path, page_url):
+    record, _ = _run(tmp_path, page_url, [Action(ActionKind.CLICK, NO), Action(ActionKind.FINISH)], checker=OK_TASK.check)
+    assert record.outcome is Outcome.FAILURE
+    assert record.return_ == 0.0
+    assert record.verifier == {"success": False, "reward": 0.0, "expected": "ok", "clicked": "no", "clicks": ["no"]}
+
+
+def test_finish_without_checker_is_claimed_with_answer(tmp_path, page_url):
+    record, _ = _run(tmp_path, page_url, [Action(ActionKind.FINISH, text="done it")])
+    assert record.outcome is Outcome.CLAIMED
+    assert record.answer == "done it"
+
+
+def test_unparseable_output_is_recorded_and_retried_never_executed(tmp_path, page_url):
+    script = ['{"kind": "click", "point": [0.25', '{"kind": "teleport"}', json.dumps({"kind": "click", "point": [0.25, 0.2167]}),
+              json.dumps({"kind": "finish"})]
+    record, episode = _run(tmp_path, page_url, script, checker=OK_TASK.check)
+    assert record.outcome is Outcome.SUCCESS
+    bad1, bad2, click, _ = episode.steps
+    assert bad1.action is None and "not JSON" in bad1.parse_error and not bad1.executed
+    assert bad1.raw_output == script[0]
+    assert "unknown action kind 'teleport'" in bad2.parse_error
+    assert click.executed and click.target["id"] == "ok"
+
+
+def test_too_many_parse_failures_abort(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, ["nope"] * 5, options=LoopOptions(max_parse_retries=2))
+    assert record.outcome is Outcome.ABORTED
+    assert record.reason["type"] == "PolicyParseError"
+    assert len(episode.steps) == 3  # two retries allowed, the third failure aborts
+
+
+def test_step_budget_truncates(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.WAIT, duration_s=0)] * 10, options=LoopOptions(max_steps=3))
+    assert record.outcome is Outcome.TRUNCATED
+    assert len(episode.steps) == 3 and all(s.executed for s in episode.steps)
+
+
+def test_infeasible(tmp_path, page_url):
+    record, _ = _run(tmp_path, page_url, [Action(ActionKind.INFEASIBLE, text="no such button")])
+    assert record.outcome is Outcome.INFEASIBLE
+    assert record.reason == {"type": "Infeasible", "message": "no such button"}
+
+
+def test_dry_run_records_but_does_not_act(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
+                           checker=OK_TASK.check, options=LoopOptions(dry_run=True))
+    # The click was never performed, so the page's checker says no.
+    assert record.outcome is Outcome.FAILURE
+    assert record.verifier["clicks"] == []
+    click = episode.steps[0]
+    assert not click.executed and click.guard["dry_run"] is True and click.action["kind"] == "click"
+
+
+def test_guard_refusal_is_recorded_and_the_policy_goes_on(tmp_path, page_url):
+    guard = KindGuard(refuse=frozenset({ActionKind.CLICK}))
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
+                           checker=OK_TASK.check, guard=guard)
+    assert record.outcome is Outcome.FAILURE
+    assert episode.steps[0].guard["verdict"] == "refuse" and not episode.steps[0].executed
+
+
+def test_unsupported_action_is_not_sent_to_the_device(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.HOME), Action(ActionKind.FINISH)])
+    assert record.outcome is Outcome.CLAIMED
+    assert episode.steps[0].error["type"] == "UnsupportedAction" and not episode.steps[0].executed
+
+
+def test_password_text_is_masked_and_its_box_blurred(tmp_path, page_url):
+    secrets = Secrets({"pw": "env:TEST_PW"}, environ={"TEST_PW": "hunter2-secret"})
+    script = [
+        Action(ActionKind.TYPE, PW, text="{{secret:pw}}"),  # from a secret: the placeholder is kept
+        Action(ActionKind.TYPE, PW, text="typed-in-clear"),  # a literal password: masked
+        Action(ActionKind.FINISH),
+    ]
+    device = _device(page_url)
+    record, episode = _run(tmp_path, page_url, script, secrets=secrets, device=device)
+    assert record.outcome is Outcome.CLAIMED
+    first, second, last = episode.steps
+    assert first.sensitive and first.action["text"] == "{{secret:pw}}"
+    assert second.sensitive and second.action["text"] == MASK and "typed-in-clear" not in second.raw_output
+    everything = "".join(p.read_text() for p in episode.path.glob("*.json*"))
+    assert "hunter2-secret" not in everything and "typed-in-clear" not in everything
+    # The frame after typing shows the password dots; stored, the field's box is one flat colour.
+    frame = episode.frame(last)
+    box = frame[302:338, 102:398]
+    assert np.ptp(box.reshape(-1, 3), axis=0).max() == 0
+    # ...while the clear text field next to it still has its border and background variation.
+    assert np.ptp(frame[395:445, 95:405].reshape(-1, 3), axis=0).max() > 0
+
+
+def test_browser_killed_mid_episode_keeps_finished_steps(tmp_path, page_url):
+    class KillingPolicy(ScriptedPolicy):
+        async def decide(self, task, history, observation, n=1):
+            if self.position == 2:
+                assert kill_browsers() > 0
+                await asyncio.sleep(0.3)
+            return await super().decide(task, history, observation, n)
+
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+    policy = KillingPolicy([Action(ActionKind.CLICK, OK), Action(ActionKind.CLICK, NO), Action(ActionKind.CLICK, OK),
+                            Action(ActionKind.FINISH)])
+    record = asyncio.run(run_episode("t", _device(page_url), policy, writer))
+    assert record.outcome is Outcome.ABORTED
+    assert record.reason["type"] == "DeviceDisconnected"
+    assert "browser has gone away" in record.reason["message"]
+    episode = read_episode(writer.path)
+    assert [s.target["id"] for s in episode.steps[:2]] == ["ok", "no"]
+    assert all((episode.path / s.frame_path).exists() for s in episode.steps)
+    # The step in flight (decided, then the act failed) is recorded with its error.
+    assert episode.steps[-1].error is None or episode.steps[-1].error["type"] == "DeviceDisconnected"
+
+
+def test_unreachable_url_aborts_with_reason(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    record, episode = _run(tmp_path, f"http://127.0.0.1:{port}/", [Action(ActionKind.FINISH)])
+    assert record.outcome is Outcome.ABORTED
+    assert record.reason["type"] == "NavigationError"
+    assert f"127.0.0.1:{port}" in record.reason["message"] and "ERR_CONNECTION_REFUSED" in record.reason["message"]
+    assert episode.steps == ()
+
+
+def test_cancellation_is_recorded_as_interrupted(tmp_path, page_url):
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+
+    async def main():
+        task = asyncio.create_task(
+            run_episode("t", _device(page_url), ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.05)] * 1000), writer)
+        )
+        while writer.num_steps < 3:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    episode = read_episode(writer.path)
+    assert episode.record.outcome is Outcome.INTERRUPTED
+    assert len(episode.steps) >= 3 and not episode.truncated_tail

@@ -1,0 +1,1 @@
+"""Training from recorded experience (AEPO, GRPO with verifiable rewards). Not built yet: see the issues."""
