@@ -238,3 +238,51 @@ def field_docs(cls: type) -> dict[str, str]:
             if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
                 docs[node.target.id] = nxt.value.value.strip()
     return docs
+
+
+SECTION_DOCS = {
+    "agent": "The loop: step budget, retries, dry run.",
+    "device": "Which device to drive and where it starts.",
+    "web": "The web device (Chromium through Playwright).",
+    "settle": "Waiting for the screen to stop changing after each action (instead of fixed sleeps).",
+    "policy": "Who decides the next action.",
+    "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",
+    "guard": "Checks between decide and act. The default allows everything.",
+    "record": "Trajectories on disk: runs/<run_id>/<episode_id>/{episode.json, steps.jsonl, frames/}.",
+}
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def render_defaults() -> str:
+    """config.toml with every option at its default and its documentation as a comment."""
+    lines = [
+        "# handeye configuration. Every option is listed with its default; delete what you don't change.",
+        "# Override any option on the command line: agent run --set section.key=value",
+        "# Docs: docs/configuration.md",
+    ]
+    defaults = Config()
+    for name, cls in SECTIONS.items():
+        lines += ["", f"# {SECTION_DOCS[name]}", f"[{name}]"]
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            lines.append(f"# {docs.get(f.name, '')}")
+            lines.append(f"{f.name} = {_toml_value(getattr(getattr(defaults, name), f.name))}")
+    lines += [
+        "",
+        "# Credentials, only ever read from environment variables: NAME = \"env:VARIABLE\".",
+        "# An action types a secret as {{secret:NAME}}; trajectories keep the placeholder, never the value.",
+        "[secrets]",
+        "# login_password = \"env:HANDEYE_LOGIN_PASSWORD\"",
+    ]
+    return "\n".join(lines) + "\n"

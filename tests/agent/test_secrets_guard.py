@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.errors import SecretError
+from agent.guard import AllowAll, KindGuard, Verdict
+from agent.secrets import Secrets
+from devices.actions import Action, ActionKind, Point
+from devices.base import Observation
+
+OBS = Observation(frame=np.zeros((4, 4, 3), np.uint8))
+
+
+def test_secrets_come_from_the_environment_only():
+    s = Secrets({"pw": "env:X_PW"}, environ={"X_PW": "s3cret"})
+    typed = s.resolve(Action(ActionKind.TYPE, text="user {{secret:pw}}!"))
+    assert typed.text == "user s3cret!"
+    assert s.redact("the model wrote s3cret twice: s3cret") == "the model wrote {{secret:pw}} twice: {{secret:pw}}"
+    with pytest.raises(SecretError, match="X_MISSING, which is not set"):
+        Secrets({"pw": "env:X_MISSING"}, environ={})
+    with pytest.raises(SecretError, match="secret 'other', which is not in \\[secrets\\]"):
+        s.resolve(Action(ActionKind.TYPE, text="{{secret:other}}"))
+
+
+def test_guards():
+    click = Action(ActionKind.CLICK, Point(0.5, 0.5))
+    assert AllowAll().check(click, OBS).verdict is Verdict.ALLOW
+    g = KindGuard(refuse=frozenset({ActionKind.OPEN_URL}), confirm_kinds=frozenset({ActionKind.CLICK}))
+    assert g.check(Action(ActionKind.OPEN_URL, text="https://x.test"), OBS).verdict is Verdict.REFUSE
+    no_tty = g.check(click, OBS)
+    assert no_tty.verdict is Verdict.REFUSE and "no terminal" in no_tty.reason
+    answers = iter([True, False])
+    g.confirm = lambda action: next(answers)
+    assert g.check(click, OBS).verdict is Verdict.ALLOW
+    assert g.check(click, OBS).verdict is Verdict.REFUSE
+    assert g.check(Action(ActionKind.WAIT), OBS).verdict is Verdict.ALLOW
