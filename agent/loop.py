@@ -84,6 +84,7 @@ async def run_episode(
     guard = guard or AllowAll()
     secrets = secrets or Secrets()
     clock = _Clock()
+    frame_job: asyncio.Future[str] | None = None
     history: list[HistoryEntry] = []
     index = 0  # steps written
     acted = 0  # steps that count against the budget
@@ -92,9 +93,10 @@ async def run_episode(
     finish: dict[str, Any] = {}
     step_reward_total: float | None = None
 
-    def record(step: StepRecord) -> None:
+    async def record(step: StepRecord) -> None:
         nonlocal index
         t0 = time.perf_counter()
+        step = replace(step, frame_path=await frame_job)
         writer.write_step(step)
         clock.add("record", time.perf_counter() - t0)
         index += 1
@@ -112,17 +114,22 @@ async def run_episode(
             clock.step = {}
             started = time.time()
             obs: Observation = await clock.timed("observe", device.observe())
-            decision: Decision = await clock.timed("decide", policy.decide(task, tuple(history), obs))
-            t0 = time.perf_counter()
-            frame_path = writer.write_frame(index, obs)
-            clock.add("record", time.perf_counter() - t0)
-            base = _step_base(writer, index, started, obs, frame_path, decision, secrets)
+            # The frame goes to disk in a worker thread while the policy decides and the device
+            # acts (PNG encoding of a blurred frame takes ~15 ms); each step waits for its frame
+            # before its line is written, so no line ever points at a missing frame.
+            frame_job = asyncio.ensure_future(asyncio.to_thread(writer.write_frame, index, obs))
+            try:
+                decision: Decision = await clock.timed("decide", policy.decide(task, tuple(history), obs))
+            except BaseException:
+                await _drain(frame_job)
+                raise
+            base = _step_base(writer, index, started, obs, "", decision, secrets)
 
             if decision.action is None:
                 parse_failures += 1
                 note = f"output did not parse: {decision.parse_error}"
                 history.append(HistoryEntry(None, decision.raw_output, executed=False, note=note))
-                record(replace(base, ended_at=time.time(), latency=dict(clock.step)))
+                await record(replace(base, ended_at=time.time(), latency=dict(clock.step)))
                 if parse_failures > opts.max_parse_retries:
                     outcome = Outcome.ABORTED
                     finish["reason"] = {
@@ -151,14 +158,14 @@ async def run_episode(
                 else:
                     outcome = Outcome.INFEASIBLE
                     finish["reason"] = {"type": "Infeasible", "message": action.text or ""}
-                record(replace(base, ended_at=time.time(), reward=reward, verifier=verdict_info, latency=dict(clock.step)))
+                await record(replace(base, ended_at=time.time(), reward=reward, verifier=verdict_info, latency=dict(clock.step)))
                 break
 
             if action.kind not in device.supported_actions:
                 parse_failures += 1
                 note = f"{device.name} device cannot {action.kind.value}"
                 history.append(HistoryEntry(action, decision.raw_output, executed=False, note=note))
-                record(replace(base, ended_at=time.time(), error={"type": "UnsupportedAction", "message": note},
+                await record(replace(base, ended_at=time.time(), error={"type": "UnsupportedAction", "message": note},
                                latency=dict(clock.step)))
                 if parse_failures > opts.max_parse_retries:
                     outcome = Outcome.ABORTED
@@ -173,24 +180,24 @@ async def run_episode(
             acted += 1
             if verdict_g.verdict is not Verdict.ALLOW:
                 history.append(HistoryEntry(action, decision.raw_output, executed=False, note=f"refused: {verdict_g.reason}"))
-                record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
+                await record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
                 continue
             if opts.dry_run:
                 guard_info["dry_run"] = True
                 # The policy goes on as if the action happened, to show the whole plan.
                 history.append(HistoryEntry(action, decision.raw_output, executed=True, note="dry run: not performed"))
-                record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
+                await record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
                 continue
 
             try:
                 result: ActionResult = await clock.timed("act", device.act(secrets.resolve(action)))
             except DeviceError as e:
                 error = {"type": type(e).__name__, "message": str(e)}
-                record(replace(base, ended_at=time.time(), guard=guard_info, error=error, latency=dict(clock.step)))
+                await record(replace(base, ended_at=time.time(), guard=guard_info, error=error, latency=dict(clock.step)))
                 raise
             settled = await clock.timed("settle", device.settle())
             history.append(HistoryEntry(action, decision.raw_output, executed=True, note=result.detail))
-            record(
+            await record(
                 replace(
                     base,
                     action=_recorded_action(action, result.sensitive),
@@ -208,12 +215,14 @@ async def run_episode(
                 )
             )
     except (DeviceError, PolicyError, EnvError) as e:
+        await _drain(frame_job)
         outcome = Outcome.ABORTED
         finish["reason"] = {"type": type(e).__name__, "message": str(e)}
         log.error("episode aborted: %s: %s", type(e).__name__, e)
     except (asyncio.CancelledError, KeyboardInterrupt):
         outcome = Outcome.INTERRUPTED
         finish["reason"] = {"type": "Interrupted", "message": "stopped by the user (Ctrl-C)"}
+        await _drain(frame_job)
         await _finalize(writer, device, outcome, finish, clock, step_reward_total)
         raise
     except Exception as e:
@@ -223,6 +232,15 @@ async def run_episode(
         await _finalize(writer, device, outcome, finish, clock, step_reward_total)
         raise
     return await _finalize(writer, device, outcome, finish, clock, step_reward_total)
+
+
+async def _drain(job: asyncio.Future[str] | None) -> None:
+    """Let a frame write in flight finish (its step may never be written, but the file is whole)."""
+    if job is not None and not job.done():
+        try:
+            await asyncio.shield(job)
+        except (Exception, asyncio.CancelledError):
+            pass
 
 
 async def _finalize(
