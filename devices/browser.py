@@ -42,7 +42,9 @@ def find_browser(configured: str = "", playwright_path: str | None = None) -> st
         found = shutil.which(name)
         if found and _runs(found):
             return found
-    raise DeviceUnavailable(f"no Chromium found (looked for Playwright's browser and {', '.join(SYSTEM_BROWSERS)}); {INSTALL_HINT}")
+    raise DeviceUnavailable(
+        f"no Chromium found (looked for Playwright's browser and {', '.join(SYSTEM_BROWSERS)}); {INSTALL_HINT}"
+    )
 
 
 def has_cjk_font() -> bool | None:

@@ -24,7 +24,9 @@ _REDUCED_GRAY = {
 }
 
 
-def decode_small_gray(data: bytes, reduce: int = 8, *, width: int | None = None, expected_width: int | None = None) -> np.ndarray:
+def decode_small_gray(
+    data: bytes, reduce: int = 8, *, width: int | None = None, expected_width: int | None = None
+) -> np.ndarray:
     """Decode to gray at 1/``reduce`` size (JPEG decodes at reduced size directly, which is cheap).
 
     With ``width``, the result is exactly ``width`` pixels wide (aspect kept): the image is decoded at

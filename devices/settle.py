@@ -37,11 +37,19 @@ class SettleConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_s <= self.deadline_s:
-            raise ValueError(f"settle: need 0 <= min_s <= deadline_s, got min_s={self.min_s}, deadline_s={self.deadline_s}")
+            raise ValueError(
+                f"settle: need 0 <= min_s <= deadline_s, got min_s={self.min_s}, deadline_s={self.deadline_s}"
+            )
         if self.stable_frames < 1:
             raise ValueError(f"settle: stable_frames must be >= 1, got {self.stable_frames}")
         if not 0 <= self.max_changed_fraction < 1:
             raise ValueError(f"settle: max_changed_fraction must be in [0, 1), got {self.max_changed_fraction}")
+        if not 0 <= self.pixel_delta <= 255:
+            raise ValueError(f"settle: pixel_delta must be a gray-level step in 0..255, got {self.pixel_delta}")
+        if self.interval_s < 0:
+            raise ValueError(f"settle: interval_s must be >= 0, got {self.interval_s}")
+        if self.width < 8:
+            raise ValueError(f"settle: width must be at least 8 pixels, got {self.width}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,9 @@ _NAVIGATION_RACE_MARKERS = (
     "frame was detached",
 )
 _NAVIGATION_RETRIES = 5
+#: how far inside the viewport's far edge a point at x or y = 1 is sent (input) or looked up (DOM)
+_INPUT_EDGE_PX = 1 / 32
+_LOOKUP_EDGE_PX = 0.5 + 1 / 64
 
 # One round trip gathers everything an observation needs besides the pixels.
 _VIEW_JS = """() => {
@@ -104,13 +107,14 @@ _ELEMENT_JS = """([x, y]) => {
   const el = document.elementFromPoint(x, y);
   if (!el) return null;
   const b = el.getBoundingClientRect();
-  const a = document.activeElement;
   return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
           // never a password field's value: target text is stored in trajectories
           text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
                  ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""
+
+_TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 _FOCUS_IS_PASSWORD_JS = """() => {
   let a = document.activeElement;
@@ -216,7 +220,9 @@ class PlaywrightDevice:
         try:
             from playwright.async_api import async_playwright
         except ImportError as e:  # pragma: no cover - depends on the install
-            raise DeviceUnavailable("Playwright is not installed; run `make setup` or `pip install 'handeye[web]'`") from e
+            raise DeviceUnavailable(
+                "Playwright is not installed; run `make setup` or `pip install 'handeye[web]'`"
+            ) from e
         cfg = self.config
         self._pw = await async_playwright().start()
         try:
@@ -401,7 +407,6 @@ class PlaywrightDevice:
             }
         data = await self._capture(params)
         frame = decode(data)
-        h, w = frame.shape[:2]
         boxes = tuple(
             b
             for b in (self._css_box_to_frame(r, view) for r in view["pw"])
@@ -430,13 +435,18 @@ class PlaywrightDevice:
     def to_visual(self, x: float, y: float, view: dict[str, Any]) -> tuple[float, float]:
         """Map a normalized frame point to CSS pixels relative to the visual viewport (what input takes)."""
         # x = 1 is the right edge of the last pixel; nudge it inside so the event lands on the page.
-        eps = 1e-3
-        return min(x * view["w"], view["w"] - eps), min(y * view["h"], view["h"] - eps)
+        # Blink hit-tests input at LayoutUnit precision (1/64 px, rounded), so the nudge must be
+        # larger than that: 1e-3 px rounds back onto the edge and the event misses the page.
+        return min(x * view["w"], view["w"] - _INPUT_EDGE_PX), min(y * view["h"], view["h"] - _INPUT_EDGE_PX)
 
     def to_css(self, x: float, y: float, view: dict[str, Any]) -> tuple[float, float]:
         """Map a normalized frame point to the layout-viewport CSS point (clientX/Y, elementFromPoint)."""
-        vx, vy = self.to_visual(x, y, view)
-        return view["ox"] + vx, view["oy"] + vy
+        # elementFromPoint rounds the point before checking it is inside the viewport, so a point in
+        # the right half of the last CSS pixel finds nothing; look up that pixel's left half instead.
+        return (
+            view["ox"] + min(x * view["w"], view["w"] - _LOOKUP_EDGE_PX),
+            view["oy"] + min(y * view["h"], view["h"] - _LOOKUP_EDGE_PX),
+        )
 
     async def act(self, action: Action) -> ActionResult:
         kind = action.kind
@@ -481,6 +491,8 @@ class PlaywrightDevice:
                 dx = amount * view["w"] * (1 if action.direction is ScrollDirection.RIGHT else -1)
             await self._call("move the mouse", mouse.move(mx, my))
             await self._call("scroll", mouse.wheel(dx, dy))
+            # The wheel returns before the page scrolled; two animation frames later it has.
+            await self._evaluate_readonly("wait for the scroll", _TWO_FRAMES_JS)
         elif kind is ActionKind.TYPE:
             if action.point is not None:
                 await self._call("click before typing", mouse.click(px, py))
