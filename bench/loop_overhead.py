@@ -123,69 +123,105 @@ async def bench_capture(site: LocalSite, reps: int) -> list[dict]:
     return rows
 
 
-async def bench_overhead(site: LocalSite, steps: int, runs: int, out_dir: Path) -> dict:
+async def _handeye_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> dict[str, float]:
+    """A step with a fresh capture, as agent/loop.py runs it: the frame is written in a thread
+    while the device acts, and the step's line waits for it."""
+    dev._fresh = None  # other paths touched the page behind the device's back: capture anew
+    t0 = time.perf_counter()
+    obs = await dev.observe()
+    t1 = time.perf_counter()
+    job = asyncio.ensure_future(asyncio.to_thread(writer.write_frame, i, obs))
+    result = await dev.act(Action(ActionKind.CLICK, point))
+    t2 = time.perf_counter()
+    _write_line(writer, i, obs, result, await job)
+    t3 = time.perf_counter()
+    assert obs.meta["frame_source"] == "capture"
+    return {"observe": t1 - t0, "act": t2 - t1, "record": t3 - t2, "total": t3 - t0}
+
+
+async def _handeye_settled_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> dict[str, float]:
+    """A step exactly as agent/loop.py runs it, settling included: observe (the previous step's
+    settled capture), write the frame in a thread, act, settle, then the step's line."""
+    t0 = time.perf_counter()
+    obs = await dev.observe()
+    t1 = time.perf_counter()
+    job = asyncio.ensure_future(asyncio.to_thread(writer.write_frame, i, obs))
+    result = await dev.act(Action(ActionKind.CLICK, point))
+    t2 = time.perf_counter()
+    await dev.settle()
+    t3 = time.perf_counter()
+    _write_line(writer, i, obs, result, await job)
+    t4 = time.perf_counter()
+    return {"observe": t1 - t0, "act": t2 - t1, "record": t4 - t3, "total": (t2 - t0) + (t4 - t3), "settle": t3 - t2,
+            "reused": float(obs.meta["frame_source"] == "settle")}
+
+
+def _write_line(writer, i: int, obs, result, path: str) -> None:
+    writer.write_step(StepRecord(
+        step_id=writer.step_id(i), index=i, started_at=0.0, ended_at=0.0, frame_path=path, frame_size=obs.size,
+        model_input_size=obs.size, action=result.action.to_dict(), executed=True, target=result.target,
+        target_box=tuple(result.target_box.as_list()) if result.target_box else None))
+
+
+async def _naive_step(page, naive_dir: Path, log, i: int, point: Point) -> dict[str, float]:
     from PIL import Image
 
+    t0 = time.perf_counter()
+    png = await page.screenshot(type="png")
+    frame = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    t1 = time.perf_counter()
+    await page.mouse.click(point.x * 1280, point.y * 720)
+    t2 = time.perf_counter()
+    Image.fromarray(frame).save(naive_dir / f"{i:04d}.png")
+    log.write(json.dumps({"index": i, "action": {"kind": "click", "point": point.as_list()}}) + "\n")
+    log.flush()
+    t3 = time.perf_counter()
+    return {"observe": t1 - t0, "act": t2 - t1, "record": t3 - t2, "total": t3 - t0}
+
+
+PATHS = ("naive", "handeye", "handeye+settle")
+
+
+async def bench_overhead(site: LocalSite, steps: int, runs: int, out_dir: Path) -> dict:
+    """Steps rotate between the three paths so that drift hits all of them alike."""
     results: dict[str, dict] = {}
+    point = Point(0.03, 0.97)  # a quiet corner: clicks change nothing, so every step does the same work
     for page_name in ("demo.html", "dense.html"):
         per_run = []
         for run in range(runs):
             dev = PlaywrightDevice(WebConfig(), url=site.url(page_name))
             await dev.start()
-            page = dev.page
-            writer = RunWriter(out_dir / f"handeye-{page_name}-{run}", config={}).episode(task="bench")
+            writers = {p: RunWriter(out_dir / f"{p}-{page_name}-{run}", config={}).episode(task="bench") for p in PATHS[1:]}
             naive_dir = out_dir / f"naive-{page_name}-{run}"
             naive_dir.mkdir(parents=True)
             naive_log = open(naive_dir / "steps.jsonl", "a")
-            point = Point(0.03, 0.97)  # a quiet corner: clicks change nothing, so every step sees the same work
-            ours: dict[str, list[float]] = {"observe": [], "act": [], "record": [], "total": []}
-            naive: dict[str, list[float]] = {"observe": [], "act": [], "record": [], "total": []}
-            for i in range(steps + 3):
-                # handeye
-                t0 = time.perf_counter()
-                obs = await dev.observe()
-                t1 = time.perf_counter()
-                result = await dev.act(Action(ActionKind.CLICK, point))
-                t2 = time.perf_counter()
-                path = writer.write_frame(i, obs)
-                writer.write_step(StepRecord(
-                    step_id=writer.step_id(i), index=i, started_at=t0, ended_at=t2, frame_path=path, frame_size=obs.size,
-                    model_input_size=obs.size, action=result.action.to_dict(), executed=True, target=result.target,
-                    target_box=tuple(result.target_box.as_list()) if result.target_box else None))
-                t3 = time.perf_counter()
-                # naive
-                n0 = time.perf_counter()
-                png = await page.screenshot(type="png")
-                frame = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-                n1 = time.perf_counter()
-                await page.mouse.click(point.x * 1280, point.y * 720)
-                n2 = time.perf_counter()
-                Image.fromarray(frame).save(naive_dir / f"{i:04d}.png")
-                naive_log.write(json.dumps({"index": i, "action": {"kind": "click", "point": point.as_list()}}) + "\n")
-                naive_log.flush()
-                n3 = time.perf_counter()
-                if i < 3:
-                    continue  # warm-up
-                for d, (a, b, c, e) in ((ours, (t0, t1, t2, t3)), (naive, (n0, n1, n2, n3))):
-                    d["observe"].append(b - a)
-                    d["act"].append(c - b)
-                    d["record"].append(e - c)
-                    d["total"].append(e - a)
+            samples: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
+            block = 5  # paths take turns in blocks, so drift hits all alike and each path keeps its own rhythm
+            for b in range(-1, steps // block):  # block -1 warms up
+                for path in PATHS:
+                    for k in range(block + 1):
+                        i = (b + 1) * (block + 1) + k
+                        if path == "naive":
+                            row = await _naive_step(dev.page, naive_dir, naive_log, i, point)
+                        elif path == "handeye":
+                            row = await _handeye_step(dev, writers[path], i, point)
+                        else:
+                            row = await _handeye_settled_step(dev, writers[path], i, point)
+                        if b >= 0 and k > 0:  # the first step of a block starts cold (no settled frame yet)
+                            samples[path].append(row)
             naive_log.close()
-            writer.close()
+            for w in writers.values():
+                w.close()
             await dev.close()
-            per_run.append({
-                "handeye": {k: round(_median_ms(v), 2) for k, v in ours.items()},
-                "naive": {k: round(_median_ms(v), 2) for k, v in naive.items()},
-            })
-        ratio = [r["handeye"]["total"] / r["naive"]["total"] for r in per_run]
-        results[page_name] = {
-            "runs": per_run,
-            "handeye_total_ms_median": round(statistics.median(r["handeye"]["total"] for r in per_run), 2),
-            "naive_total_ms_median": round(statistics.median(r["naive"]["total"] for r in per_run), 2),
-            "ratio_median": round(statistics.median(ratio), 3),
-            "ratio_per_run": [round(r, 3) for r in ratio],
-        }
+            per_run.append({p: {k: round(_median_ms([r[k] for r in samples[p]]), 2) for k in samples[p][0]}
+                            for p in PATHS})
+        summary = {}
+        for p in PATHS[1:]:
+            ratios = [r[p]["total"] / r["naive"]["total"] for r in per_run]
+            summary[p] = {"total_ms_median": round(statistics.median(r[p]["total"] for r in per_run), 2),
+                          "ratio_median": round(statistics.median(ratios), 3), "ratio_per_run": [round(x, 3) for x in ratios]}
+        results[page_name] = {"runs": per_run, "naive_total_ms_median": round(
+            statistics.median(r["naive"]["total"] for r in per_run), 2), **summary}
     return results
 
 
@@ -260,17 +296,21 @@ async def main() -> None:
             print(_table(capture, ["page", "dpr", "method", "capture_decode_ms", "kbytes", "max_abs_diff",
                                    "mean_abs_diff", "pixels_off_by_more_than_8"]))
             overhead = await bench_overhead(site, args.steps, args.runs, tmp_path / "runs")
-            print(f"\n== per-step overhead, model excluded (medians over {args.steps} steps x {args.runs} runs) ==")
+            print(f"\n== per-step overhead, model and settle waits excluded (medians over {args.steps} steps x {args.runs} runs) ==")
             rows = []
             for page_name, res in overhead.items():
                 for i, run in enumerate(res["runs"]):
-                    rows.append({"page": page_name, "run": i, **{f"handeye {k}": v for k, v in run["handeye"].items()},
-                                 **{f"naive {k}": v for k, v in run["naive"].items()},
-                                 "ratio": round(run["handeye"]["total"] / run["naive"]["total"], 3)})
+                    for p in PATHS:
+                        m = run[p]
+                        rows.append({"page": page_name, "run": i, "path": p, "observe": m["observe"], "act": m["act"],
+                                     "record": m["record"], "total": m["total"],
+                                     "ratio": round(m["total"] / run["naive"]["total"], 3),
+                                     "settle (excluded)": m.get("settle", "-")})
             print(_table(rows, list(rows[0])))
             for page_name, res in overhead.items():
-                print(f"{page_name}: handeye {res['handeye_total_ms_median']} ms vs naive {res['naive_total_ms_median']} ms "
-                      f"per step, ratio {res['ratio_median']} (target <= 0.5)")
+                print(f"{page_name}: naive {res['naive_total_ms_median']} ms; " + "; ".join(
+                    f"{p} {res[p]['total_ms_median']} ms (ratio {res[p]['ratio_median']})" for p in PATHS[1:])
+                    + " (target <= 0.5)")
             settle = await bench_settle(pages, site, args.settle_reps)
             print("\n== settling after a click vs a fixed 1 s sleep ==")
             print(_table(settle, list(settle[0])))

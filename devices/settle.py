@@ -28,7 +28,7 @@ class SettleConfig:
     """Extra pause between two grabs (the grab itself already takes a frame's time)."""
     stable_frames: int = 2
     """How many consecutive unchanged frame pairs mean the screen has settled."""
-    max_changed_fraction: float = 0.001
+    max_changed_fraction: float = 0.0025
     """A frame pair is unchanged when at most this fraction of its pixels changed."""
     pixel_delta: int = 16
     """A pixel changed when its gray level moved by more than this (0-255)."""

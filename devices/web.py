@@ -45,7 +45,7 @@ from devices.errors import (
     NavigationError,
     UnsupportedAction,
 )
-from devices.frames import decode, decode_small_gray
+from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,9 @@ class PlaywrightDevice:
         self._page: Any = None
         self._cdp: Any = None
         self._view: dict[str, Any] | None = None
+        self._last_grab: tuple[bytes, np.ndarray] | None = None
+        self._fresh: tuple[bytes, np.ndarray] | None = None
+        """The last settle capture, valid until anything may change the page (act, goto, evaluate)."""
         self._emulated: tuple[int, int, float] | None = None
         self._disconnected = False
         self._executable = ""
@@ -335,6 +338,7 @@ class PlaywrightDevice:
 
     async def goto(self, url: str) -> None:
         check_url(url)
+        self._fresh = None
         from playwright.async_api import Error as PlaywrightError
 
         try:
@@ -356,6 +360,7 @@ class PlaywrightDevice:
 
     async def evaluate(self, expression: str, arg: Any = None) -> Any:
         """Run JavaScript in the page (environments use this to check a task from page state)."""
+        self._fresh = None
         return await self._call("evaluate JavaScript", self.page.evaluate(expression, arg))
 
     async def _read_view(self) -> dict[str, Any]:
@@ -405,8 +410,14 @@ class PlaywrightDevice:
                 "height": view["h"],
                 "scale": view["scale"] / view["dpr"],
             }
-        data = await self._capture(params)
-        frame = decode(data)
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None and "clip" not in params:
+            data, frame = fresh
+            source = "settle"
+        else:
+            data = await self._capture(params)
+            frame = decode(data)
+            source = "capture"
         boxes = tuple(
             b
             for b in (self._css_box_to_frame(r, view) for r in view["pw"])
@@ -420,6 +431,7 @@ class PlaywrightDevice:
             "page_scale": view["scale"],
             "device_pixel_ratio": view["dpr"],
             "scroll": [view["sx"], view["sy"]],
+            "frame_source": source,
         }
         return Observation(frame=frame, meta=meta, encoded=data, encoding="png", sensitive_boxes=boxes)
 
@@ -449,6 +461,7 @@ class PlaywrightDevice:
         )
 
     async def act(self, action: Action) -> ActionResult:
+        self._fresh = None
         kind = action.kind
         if kind not in WEB_ACTIONS:
             if kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
@@ -520,15 +533,30 @@ class PlaywrightDevice:
         await mouse.up()
 
     async def grab_small(self) -> np.ndarray:
-        """A small gray frame of the visible viewport for settling: a low-quality JPEG, decoded at
-        reduced size and resized to ``settle_config.width`` so that the changed-pixel threshold means
-        the same share of the screen whatever the viewport size and pixel ratio."""
-        data = await self._capture({"format": "jpeg", "quality": 40, "optimizeForSpeed": True})
-        width, height, dpr = self._metrics()
-        return decode_small_gray(data, width=self.settle_config.width, expected_width=round(width * dpr))
+        """A small gray frame of the visible viewport, ``settle_config.width`` pixels wide, so that
+        the changed-pixel threshold means the same share of the screen at any size and pixel ratio.
+
+        It is a full-resolution fast-PNG capture (on simple pages cheaper than a low-quality JPEG
+        one, and decoding it costs ~9 ms at 1280x720); the full frame is kept so that, once the
+        screen has settled, the next ``observe`` can use the last capture instead of taking another.
+        """
+        data = await self._capture({"format": "png", "optimizeForSpeed": True})
+        frame = decode(data)
+        self._last_grab = (data, frame)
+        return small_gray(frame, self.settle_config.width)
 
     async def settle(self) -> SettleResult:
-        return await wait_until_settled(self.grab_small, self.settle_config)
+        self._fresh = None
+        result = await wait_until_settled(self.grab_small, self.settle_config)
+        # A settled screen did not change over the last frames, so its last capture is what a new
+        # capture would show. Reused only where observe would capture unclipped (the same frame).
+        if result.settled and self._last_grab is not None and self._unclipped_frames():
+            self._fresh = self._last_grab
+        self._last_grab = None
+        return result
+
+    def _unclipped_frames(self) -> bool:
+        return self.config.frame_scale == "device" or abs(self.config.device_scale_factor - 1) < 1e-6
 
 
 def _playwright_browser(pw: Any) -> str | None:

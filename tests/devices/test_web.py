@@ -502,3 +502,38 @@ def test_killed_browser_raises_device_disconnected():
     while _browser_pids(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _browser_pids(tag) == []
+
+
+# -- reusing the settled frame ---------------------------------------------------------------------
+
+REUSE = """<!doctype html><meta charset="utf-8"><body style="margin:0">
+<button id="b" style="position:absolute;left:20px;top:20px;width:120px;height:40px"
+  onclick="document.body.style.background='rgb(10, 200, 30)'">go</button></body>"""
+
+
+@pytest.mark.parametrize("dpr, frame_scale, reused", [(1, "device", True), (2, "device", True), (2, "css", False)])
+def test_observe_after_settle_reuses_the_settled_capture(tmp_path, dpr, frame_scale, reused):
+    async def scenario(device: PlaywrightDevice) -> None:
+        first = await device.observe()
+        assert first.meta["frame_source"] == "capture"
+        await device.act(Action("click", at(80, 40)))
+        result = await device.settle()
+        assert result.settled
+        after = await device.observe()
+        assert after.meta["frame_source"] == ("settle" if reused else "capture")
+        # Whatever its source, the frame shows the page after the click, at the configured size...
+        assert after.size == ((W * dpr, H * dpr) if frame_scale == "device" else (W, H))
+        assert tuple(after.frame[-2, -2]) == (10, 200, 30)
+        assert cv2.imdecode(np.frombuffer(after.encoded, np.uint8), cv2.IMREAD_COLOR_RGB).tolist() == after.frame.tolist()
+        # ...identical to a new capture of the static page.
+        again = await device.observe()
+        assert again.meta["frame_source"] == "capture"
+        assert np.array_equal(again.frame, after.frame)
+        # Anything that may change the page drops the kept frame.
+        await device.settle()
+        await device.evaluate("document.body.style.background = 'rgb(200, 10, 30)'")
+        changed = await device.observe()
+        assert changed.meta["frame_source"] == "capture" and tuple(changed.frame[-2, -2]) == (200, 10, 30)
+
+    with serve(tmp_path, reuse=REUSE) as site:
+        on_device(site.url("reuse.html"), scenario, device_scale_factor=dpr, frame_scale=frame_scale, **SMALL)
