@@ -144,3 +144,11 @@ def test_help_stays_light():
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in r.stdout, r.stdout + r.stderr
     assert "run" in r.stdout and "show" in r.stdout
+
+
+def test_doctor_reports_each_component():
+    r = agent("doctor")
+    assert r.returncode == 0, r.stdout
+    for what in ("playwright", "browser", "CJK font", "OCR engine", "run folder"):
+        assert what in r.stdout
+    assert "missing" not in r.stdout

@@ -537,3 +537,16 @@ def test_observe_after_settle_reuses_the_settled_capture(tmp_path, dpr, frame_sc
 
     with serve(tmp_path, reuse=REUSE) as site:
         on_device(site.url("reuse.html"), scenario, device_scale_factor=dpr, frame_scale=frame_scale, **SMALL)
+
+
+def test_a_missing_cjk_font_is_reported_with_what_to_install(monkeypatch, caplog):
+    import devices.web
+
+    monkeypatch.setattr(devices.web, "has_cjk_font", lambda: False)
+
+    async def scenario(device: PlaywrightDevice) -> None:
+        return None
+
+    with caplog.at_level("WARNING", logger="devices.web"):
+        on_device(None, scenario, **SMALL)
+    assert any("fonts-noto-cjk" in r.getMessage() for r in caplog.records)
