@@ -18,3 +18,29 @@ class PolicyParseError(PolicyError, ValueError):
 
 class PolicyUnavailable(PolicyError):
     """The policy cannot be built or run on this machine."""
+
+
+class FormatParseError(PolicyParseError):
+    """A model's output does not follow its family's grammar.
+
+    ``position`` is the character offset in the output where the problem was found, when known;
+    the message quotes the text around it.
+    """
+
+    def __init__(self, message: str, text: str = "", position: int | None = None) -> None:
+        if position is not None and text:
+            lo, hi = max(0, position - 30), min(len(text), position + 30)
+            message = f"{message} (at character {position}: ...{text[lo:hi]!r}...)"
+        super().__init__(message)
+        self.position = position
+
+
+class CoordinateError(FormatParseError):
+    """A model-space point outside the image the model saw (never clamped)."""
+
+
+class UnknownModel(PolicyError, KeyError):
+    """A model id with no preset and no --format override."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
