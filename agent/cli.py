@@ -3,6 +3,7 @@
     agent run [TASK] [--device web] [--url URL] [--policy ocr|scripted] [--script FILE]
               [--max-steps N] [--dry-run] [--config FILE] [--set section.key=value ...]
     agent show PATH            print a recorded run or episode
+    agent parse --format F --size WxH TEXT    show how a model's output is read and where it lands
     agent doctor               check that the browser, fonts and OCR models are in place
 
 Exit codes: 0 success or claimed; 1 the episode ended otherwise (failure, infeasible, truncated,
@@ -64,7 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a run folder (runs/<run_id>) or an episode folder")
 
     sub.add_parser("doctor", help="check the browser, fonts, OCR models and run folder")
+
+    parse = sub.add_parser("parse", help="parse a model's output and show where each action lands", description=(
+        "Read TEXT as the named model family (or registered model id) would have written it for a "
+        "screenshot of WxH pixels, and print each action with its model-space, normalized and frame-pixel "
+        "coordinates. For debugging a model's clicks."))
+    parse.add_argument("text", help="the model's output (use $'...' in bash for newlines)")
+    parse.add_argument("--format", dest="fmt", help="family (qwen2.5-vl, infigui-g1, gui-r1, ui-tars, ui-tars-1.5, "
+                       "ui-tars-v1) or a registered model id (config: model.format / model.id)")
+    parse.add_argument("--model", help="model id whose preset to use (config: model.id)")
+    parse.add_argument("--size", required=True, type=_size, metavar="WxH", help="screenshot (frame) size, e.g. 1920x1080")
+    parse.add_argument("--variant", help="prompt variant (config: model.variant)")
+    parse.add_argument("--config", help="config file (default: ./config.toml when present)")
+    parse.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     return parser
+
+
+def _size(text: str) -> tuple[int, int]:
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1920x1080 (width x height, in pixels)")
+    return int(m.group(1)), int(m.group(2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_run(args)
     if args.command == "show":
         return _cmd_show(args)
+    if args.command == "parse":
+        return _cmd_parse(args)
     return _cmd_doctor(args)
 
 
@@ -275,6 +300,64 @@ def _cmd_show(args: argparse.Namespace) -> int:
     console = _console()
     for episode in episodes:
         print_episode(console, episode)
+    return EXIT_OK
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    import json
+
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from policy.errors import FormatParseError, PolicyError
+    from policy.formats import get_format
+    from rich.table import Table
+
+    overrides = list(args.overrides)
+    if args.fmt:
+        from policy.presets import FAMILY_DEFAULTS
+
+        key = "model.format" if args.fmt.lower() in FAMILY_DEFAULTS else "model.id"
+        overrides.insert(0, f"{key}={json.dumps(args.fmt)}")
+    if args.model:
+        overrides.insert(0, f"model.id={json.dumps(args.model)}")
+    if args.variant:
+        overrides.append(f"model.variant={json.dumps(args.variant)}")
+    config_path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    try:
+        cfg = load_config(config_path, overrides)
+        if not (cfg.model.id or cfg.model.format):
+            return _error("say which model wrote the text: --format FAMILY or --model ID")
+        preset = cfg.model.preset()
+        space = preset.space(args.size)
+        fmt = get_format(preset.family)
+    except (AgentError, PolicyError, ValueError) as e:
+        return _error(str(e))
+    console = _console()
+    W, H = args.size
+    pre = "" if preset.pre_resize.value == "none" else f", pre-resize {preset.pre_resize.value} {preset.pre_resize_pixels:,} px"
+    console.print(f"[bold]{preset.model_id}[/] ({preset.family} {preset.version} {preset.variant}, {preset.coord_mode.value}"
+                  f"{pre}, pixels {preset.min_pixels:,}..{preset.max_pixels:,})".replace("  ", " "))
+    console.print(f"frame {W}x{H} -> model input {space.input_size[0]}x{space.input_size[1]}"
+                  + ("; coordinates on a 0-1000 grid" if space.mode.value == "relative_1000" else ""))
+    try:
+        parsed = fmt.parse(args.text, space, preset)
+    except FormatParseError as e:
+        console.print(f"[bold red]parse error:[/] {e}", soft_wrap=True)
+        return EXIT_EPISODE_FAILED
+    if parsed.thought:
+        console.print(f"thought: {parsed.thought.strip()[:300]}", soft_wrap=True)
+    table = Table(box=None, header_style="bold")
+    for col in ("#", "action", "model point", "normalized", "frame px", "details"):
+        table.add_column(col)
+    for i, action in enumerate(parsed.actions):
+        points = [p for p in (action.point, action.end) if p is not None]
+        model = " -> ".join(f"({x:g}, {y:g})" for x, y in (space.from_point(p) for p in points))
+        norm = " -> ".join(f"({p.x:.4f}, {p.y:.4f})" for p in points)
+        px = " -> ".join(f"({u:.1f}, {v:.1f})" for u, v in (space.to_frame_pixels(p) for p in points))
+        details = {k: v for k, v in action.to_dict().items() if k not in ("kind", "point", "end")}
+        table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
+                      model or "-", norm or "-", px or "-", json.dumps(details, ensure_ascii=False) if details else "")
+    console.print(table)
     return EXIT_OK
 
 

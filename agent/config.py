@@ -66,6 +66,43 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelConfig:
+    id: str = ""
+    """Model id (Hugging Face id or local path); its preset gives the format, pixel budget and decoding."""
+    format: str = ""
+    """Model family for ids not in the registry (qwen2.5-vl, infigui-g1, gui-r1, ui-tars, ui-tars-1.5, ui-tars-v1)."""
+    variant: str = ""
+    """Prompt variant, overriding the preset's (see docs/coordinates.md); empty = the preset's."""
+    min_pixels: int = 0
+    """Processor min_pixels, overriding the preset's; 0 = the preset's."""
+    max_pixels: int = 0
+    """Processor max_pixels, overriding the preset's; 0 = the preset's."""
+
+    def __post_init__(self) -> None:
+        from policy.presets import FAMILY_DEFAULTS
+
+        if self.format and self.format.lower() not in FAMILY_DEFAULTS:
+            close = difflib.get_close_matches(self.format.lower(), list(FAMILY_DEFAULTS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"format {self.format!r} is not a model family{hint}; use one of {', '.join(FAMILY_DEFAULTS)}")
+        if self.min_pixels < 0 or self.max_pixels < 0 or (self.max_pixels and self.min_pixels > self.max_pixels):
+            raise ValueError(f"need 0 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
+
+    def preset(self) -> Any:
+        """The resolved ModelPreset (registry entry or family defaults, with these overrides)."""
+        from policy.presets import preset_for
+
+        overrides: dict[str, Any] = {}
+        if self.variant:
+            overrides["variant"] = self.variant
+        if self.min_pixels:
+            overrides["min_pixels"] = self.min_pixels
+        if self.max_pixels:
+            overrides["max_pixels"] = self.max_pixels
+        return preset_for(self.id or self.format, self.format or None, **overrides)
+
+
+@dataclass(frozen=True, slots=True)
 class GuardConfig:
     refuse: tuple[str, ...] = ()
     """Action kinds never executed (e.g. ["open_url"]); the policy is told they were refused."""
@@ -105,6 +142,7 @@ class Config:
     settle: SettleConfig = field(default_factory=SettleConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     secrets: tuple[tuple[str, str], ...] = ()
@@ -247,6 +285,7 @@ SECTION_DOCS = {
     "settle": "Waiting for the screen to stop changing after each action (instead of fixed sleeps).",
     "policy": "Who decides the next action.",
     "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",
+    "model": "The vision-language model: its id picks a preset (family, pixel budget, coordinates, decoding).",
     "guard": "Checks between decide and act. The default allows everything.",
     "record": "Trajectories on disk: runs/<run_id>/<episode_id>/{episode.json, steps.jsonl, frames/}.",
 }

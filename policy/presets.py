@@ -145,7 +145,7 @@ def preset_for(model_id: str, fmt: str | None = None, **overrides: object) -> Mo
             raise UnknownModel(f"unknown format {fmt!r}; use one of {', '.join(FAMILY_DEFAULTS)} or a registered model id")
         preset = replace(base, model_id=model_id or base.model_id)
     else:
-        found = find_preset(model_id)
+        found = find_preset(model_id) or FAMILY_DEFAULTS.get(model_id.lower())
         if found is None:
             close = difflib.get_close_matches(model_id, list(PRESETS), n=3, cutoff=0.4)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -44,6 +44,13 @@ stamp="$VENV/.handeye-installed-$( (cat pyproject.toml; echo "$EXTRAS") | sha256
 if [ ! -f "$stamp" ]; then
   say "installing Python packages (handeye[$EXTRAS])"
   "$VENV/bin/python" -m pip install -q --upgrade pip
+  # torch from PyPI is a multi-GB CUDA build; the tests (and CPU users) need only the CPU build.
+  if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    say "installing torch (CPU build)"
+    "$VENV/bin/python" -m pip install -q --retries 0 --timeout 20 "torch==2.13.0" \
+        --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple \
+      || "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+  fi
   "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
   rm -f "$VENV"/.handeye-installed-*
   touch "$stamp"
