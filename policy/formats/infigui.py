@@ -1,0 +1,164 @@
+"""InfiGUI-G1 (InfiX-ai/InfiGUI-G1-3B / -7B; research notes §1.1, §1.6, §7).
+
+Single-step grounding. Prompt (eval/prompts.py):
+
+- system, ``think`` variant: "You FIRST think about the reasoning process as an internal monologue
+  and then provide the final answer.\\nThe reasoning process MUST BE enclosed within <think>
+  </think> tags." (``no_think``: no system message, the chat template's default applies);
+- user: the screenshot, then ``The screen's resolution is {w'}x{h'}.`` newline
+  ``Locate the UI element(s) for "{instruction}", output the coordinates using JSON format:
+  [{"point_2d": [x, y]}, ...]``.
+
+Output: ``<think>...</think>`` then a JSON list of ``{"point_2d": [x, y]}`` in absolute pixels of
+the w' x h' image, most preferred first.
+
+``InfiGuiG1Format.parse`` is the execution parser (§7): the text after the last ``</think>`` (all
+of it when there is none), the JSON list from the first ``[`` to its closing bracket, every item
+validated (an object with a two-number ``point_2d`` inside the image) and kept as a click
+candidate in order; the first is executed. No think gate, trailing chatter ignored, a list cut off
+mid-item keeps its complete items. ``strict_parse`` is the reward parser of the released recipe
+(think gate, then every item must be valid), for training.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from devices.actions import ActionKind
+from policy.base import HistoryEntry
+from policy.coords import ModelSpace
+from policy.errors import FormatParseError
+from policy.formats.base import Parsed, Prompt
+from policy.formats.qwen25vl import make_action, model_point, scan_json_list
+from policy.presets import ModelPreset
+
+__all__ = ["InfiGuiG1Format", "SYSTEM_THINK", "USER_TEMPLATE", "strict_parse", "split_think"]
+
+SYSTEM_THINK = (
+    "You FIRST think about the reasoning process as an internal monologue and then provide the final answer.\n"
+    "The reasoning process MUST BE enclosed within <think> </think> tags."
+)
+USER_TEMPLATE = (
+    "The screen's resolution is {width}x{height}.\n"
+    'Locate the UI element(s) for "{instruction}", output the coordinates using JSON format: '
+    '[{{"point_2d": [x, y]}}, ...]'
+)
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_think(text: str) -> tuple[str | None, int]:
+    """(the think text or None, offset where the answer starts): the answer is everything after the
+    last ``</think>``; the thought is what precedes it, from the last ``<think>`` before it."""
+    close = text.rfind(THINK_CLOSE)
+    if close < 0:
+        return None, 0
+    open_ = text.rfind(THINK_OPEN, 0, close)
+    thought = text[open_ + len(THINK_OPEN) if open_ >= 0 else 0:close].strip()
+    return thought, close + len(THINK_CLOSE)
+
+
+def strict_parse(text: str, think: bool = True) -> list[tuple[float, float]]:
+    """The released reward parser's acceptance rule (recipe/infigui-g1/reward_fn.py), as model-space
+    points; a FormatParseError where the reward would be -1.
+
+    With ``think``: the output must start with ``<think>``, hold exactly one ``<think>`` and one
+    ``</think>``, with non-empty thinking and a non-empty answer after ``</think>``. Then the
+    answer from the first ``[`` to its bracket-balanced ``]`` must decode to a list whose every
+    item is an object whose ``point_2d`` is a list of two numbers. An empty list is valid (N = 0).
+    """
+    if not isinstance(text, str):
+        raise FormatParseError(f"model output must be text, got {type(text).__name__}")
+    offset = 0
+    if think:
+        if not text.startswith(THINK_OPEN):
+            raise FormatParseError("the output must start with <think>", text, 0)
+        if text.count(THINK_OPEN) != 1 or text.count(THINK_CLOSE) != 1:
+            second = text.find(THINK_OPEN, 1) if text.count(THINK_OPEN) != 1 else text.find(THINK_CLOSE)
+            raise FormatParseError(f"the output must hold exactly one <think> and one </think>, found "
+                                   f"{text.count(THINK_OPEN)} and {text.count(THINK_CLOSE)}", text, max(second, 0))
+        close = text.index(THINK_CLOSE)
+        if close < len(THINK_OPEN) or not text[len(THINK_OPEN):close].strip():
+            raise FormatParseError("the <think> block is empty", text, len(THINK_OPEN))
+        offset = close + len(THINK_CLOSE)
+        if not text[offset:].strip():
+            raise FormatParseError("nothing after </think>: the answer is missing", text, offset)
+    start = text.find("[", offset)
+    if start < 0:
+        raise FormatParseError("no '[' in the answer: expected [{\"point_2d\": [x, y]}, ...]", text, offset)
+    depth, end = 0, -1
+    for i in range(start, len(text)):
+        if text[i] == "[":
+            depth += 1
+        elif text[i] == "]":
+            depth -= 1
+            if depth == 0:
+                end = i + 1
+                break
+    if end < 0:
+        raise FormatParseError("the JSON list from the first '[' is never closed", text, start)
+    try:
+        value = json.loads(text[start:end])
+    except json.JSONDecodeError as exc:
+        raise FormatParseError(f"the answer list is not valid JSON: {exc.msg}", text, start + exc.pos) from None
+    except (ValueError, RecursionError) as exc:  # digit limit, nesting depth
+        raise FormatParseError(f"the answer list is not valid JSON: {exc}", text, start) from None
+    if not isinstance(value, list):  # pragma: no cover - a bracketed JSON value is always a list
+        raise FormatParseError("the answer is not a JSON list", text, start)
+    points: list[tuple[float, float]] = []
+    for i, item in enumerate(value):
+        p = item.get("point_2d") if isinstance(item, dict) else None
+        if not (isinstance(p, list) and len(p) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)):
+            raise FormatParseError(f"item {i} is not {{\"point_2d\": [x, y]}} with two numbers: "
+                                   f"{json.dumps(item, ensure_ascii=False)[:80]}", text, start)
+        points.append((float(p[0]), float(p[1])))
+    return points
+
+
+class InfiGuiG1Format:
+    """InfiGUI-G1's grounding prompt and its execution parser (see the module docstring)."""
+
+    family = "infigui-g1"
+    variants = ("think", "no_think")
+
+    def build_prompt(
+        self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
+    ) -> Prompt:
+        """Single-step: the history is not shown (the model was trained on one screen, one instruction)."""
+        variant = preset.variant or "think"
+        if variant not in self.variants:
+            raise ValueError(f"infigui-g1 has no prompt variant {variant!r}; use think or no_think")
+        w, h = space.input_size
+        messages: list[dict[str, Any]] = []
+        if variant == "think":
+            messages.append({"role": "system", "content": [{"type": "text", "text": SYSTEM_THINK}]})
+        messages.append({"role": "user", "content": [
+            {"type": "image", "image": "current"},
+            {"type": "text", "text": USER_TEMPLATE.format(width=w, height=h, instruction=task)},
+        ]})
+        return Prompt(messages)
+
+    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+        if not isinstance(text, str):
+            raise FormatParseError(f"model output must be text, got {type(text).__name__}")
+        thought, offset = split_think(text)
+        start = text.find("[", offset)
+        if start < 0:
+            where = "after </think>" if thought is not None else "in the output"
+            raise FormatParseError(f"no JSON list {where}: expected [{{\"point_2d\": [x, y]}}, ...]", text, offset)
+        scan = scan_json_list(text, start)
+        if not scan.items:
+            raise FormatParseError("the JSON list is empty: no point to click", text, start)
+        actions, points = [], []
+        for i, (pos, item) in enumerate(scan.items):
+            if not isinstance(item, dict) or "point_2d" not in item:
+                raise FormatParseError(f"item {i} must be an object with point_2d, got "
+                                       f"{json.dumps(item, ensure_ascii=False)[:80]}", text, pos)
+            mp, point = model_point(space, item["point_2d"], f"item {i} point_2d", text, pos)
+            points.append(mp)
+            actions.append(make_action(text, pos, kind=ActionKind.CLICK, point=point))
+        return Parsed(tuple(actions), tuple(points), thought,
+                      {"candidates": len(actions), "truncated": scan.truncated})
