@@ -1,0 +1,489 @@
+"""GUI-R1 (arXiv 2504.10458, ritzz-ai/GUI-R1): prompt builder and output parser.
+
+Prompt
+    One user turn, no system prompt: the screenshot first, then the text, which (as in the released
+    inference scripts) starts with ``<image>\\n`` and also keeps the literal ``<image>`` inside the
+    template sentence. ``preset.variant`` picks the action list: ``high`` (the navigation list of
+    the training loader), ``low`` (``['click']``), or a benchmark's list (``androidcontrol``,
+    ``guiodyssey``, ``guiact-web``, ``omniact-web``, ``omniact-desktop``, ``screenspot``). The
+    released ScreenSpot script says "RUN1-R1"; that is a typo and the model was trained on "GUI-R1",
+    so every variant says "GUI-R1". Lists with text-bearing actions get the "Note: specific input
+    text ..." line and one example per action group; the click-only lists get just the example, as
+    in the released grounding script.
+
+History
+    The training data's history is one string of earlier actions. handeye renders every executed
+    step as ``Step i: <answer>`` where ``<answer>`` is the step's own answer literal, as the model
+    wrote it between ``<answer>`` tags (the trained output grammar); a step whose action came from
+    elsewhere (no parseable answer) is written in the same literal form from its unified action.
+    Steps that were not executed (parse failures, refusals) changed nothing on screen and are left
+    out. No history gives ``'None'``, as in the released scripts.
+
+Output
+    ``<think>...</think> <answer>[{'action': ..., 'point': [x, y], 'input_text': ...}]</answer>``.
+    The answer is read with ``ast`` (never eval). A missing think block or a non-integer point is
+    tolerated for execution and listed in ``Parsed.info["format_issues"]``; anything that cannot
+    be executed is a FormatParseError with the position of the problem. Every dict of the list is
+    returned, in order (the first is executed). An action name of any of the lists is accepted
+    under every variant; one that is not in the prompted list is noted in ``format_issues``.
+
+Action mapping (GUI-R1 name -> unified action)
+    click / long_press / moveto / rightclick / doubleclick -> click / long_press / hover /
+        right_click / double_click at ``point`` (the no-target ``[-100, -100]`` is an error here);
+    type -> type ``input_text`` (clicking ``point`` first when one is given);
+    select -> type ``input_text`` at ``point``: handeye has no "select an option" action; clicking
+        a drop-down and typing the option's text picks it in browsers and most toolkits, which is
+        the closest executable form of the training data's web "select" steps;
+    scroll -> scroll in the ``input_text`` direction (up/down/left/right), default amount 0.5
+        screens, at ``point`` when one is given;
+    open_app -> open_app ``input_text``; wait -> wait (default 1 s; GUI-R1 gives no duration);
+    complete -> finish; impossible -> infeasible ("the model judged the task impossible");
+    press_back -> back; press_home -> home;
+    enter / press_enter -> key Enter; press_tab -> key Tab; press_down -> key ArrowDown;
+        press_space -> key Space; press_pgdn -> key PageDown;
+    hotkey -> hotkey of the keys in ``input_text`` ("ctrl c", "ctrl+c"); one key -> key action;
+    close/delete -> with a point, a click on it (the close or delete control the model points
+        at); without one (the prompt's example), key Escape, which closes dialogs, menus and
+        pop-ups on the web and desktop and acts as back on Android;
+    press_recent -> FormatParseError: the unified action space has no recent-apps (app switcher)
+        action, and guessing a substitute would do something else on the device.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from devices.actions import Action, ActionKind
+from devices.errors import InvalidAction
+from devices.keys import normalize_key
+from policy.base import HistoryEntry
+from policy.coords import ModelSpace
+from policy.errors import CoordinateError, FormatParseError
+from policy.formats.base import Parsed, Prompt
+from policy.presets import ModelPreset
+
+#: action lists by ``preset.variant``, in the order the released prompts enumerate them
+ACTION_LISTS: dict[str, tuple[str, ...]] = {
+    "high": ("complete", "close/delete", "press_home", "click", "press_back", "type", "select", "scroll", "enter"),
+    "low": ("click",),
+    "androidcontrol": ("wait", "long_press", "click", "press_back", "type", "open_app", "scroll"),
+    "guiodyssey": (
+        "press_back", "press_recent", "press_home", "complete", "long_press", "scroll", "click", "impossible", "type",
+    ),
+    "guiact-web": ("scroll", "click", "complete"),
+    "omniact-web": (
+        "press_tab", "moveto", "rightclick", "press_enter", "scroll", "click", "press_down", "hotkey", "press_space",
+        "doubleclick",
+    ),
+    "omniact-desktop": ("click", "moveto", "press_pgdn"),
+    "screenspot": ("click",),
+}
+ALL_ACTIONS: frozenset[str] = frozenset(a for actions in ACTION_LISTS.values() for a in actions)
+
+NO_INPUT = "no input text"
+SCROLL_DIRECTIONS = ("up", "down", "left", "right")
+#: actions whose point is required (the click-like ones)
+POINTED = {"click": ActionKind.CLICK, "long_press": ActionKind.LONG_PRESS, "moveto": ActionKind.HOVER,
+           "rightclick": ActionKind.RIGHT_CLICK, "doubleclick": ActionKind.DOUBLE_CLICK}
+#: actions whose input_text is required (the format reward's list, plus open_app and hotkey)
+TEXT_REQUIRED = ("type", "select", "open_app", "scroll")
+KEY_ACTIONS = {"enter": "Enter", "press_enter": "Enter", "press_tab": "Tab", "press_down": "ArrowDown",
+               "press_space": "Space", "press_pgdn": "PageDown"}
+PLAIN = {"complete": ActionKind.FINISH, "press_back": ActionKind.BACK, "press_home": ActionKind.HOME,
+         "wait": ActionKind.WAIT}
+IMPOSSIBLE_REASON = "the model judged the task impossible"
+
+_HEADER = (
+    "You are GUI-R1, a reasoning GUI Agent Assistant. In this UI screenshot <image>, I want you to continue "
+    "executing the command '{instruction}', with the action history being '{history}'.\n"
+)
+
+
+def _enum(names: Sequence[str]) -> str:
+    return "[" + ", ".join(repr(n) for n in names) + "]"
+
+
+def action_list(variant: str) -> tuple[str, ...]:
+    """The action list of a GUI-R1 prompt variant; ValueError naming the valid ones otherwise."""
+    key = (variant or "high").strip().lower()
+    if key not in ACTION_LISTS:
+        raise ValueError(f"unknown GUI-R1 variant {variant!r}; valid variants: {', '.join(ACTION_LISTS)}")
+    return ACTION_LISTS[key]
+
+
+def prompt_text(instruction: str, history: str, actions: Sequence[str]) -> str:
+    """The GUI-R1 user text for an action list (without the leading ``<image>\\n``)."""
+    enum = _enum(actions)
+    text = _HEADER.format(instruction=instruction, history=history)
+    text += (
+        f"Please provide the action to perform (enumerate from {enum}), the point where the cursor is moved to "
+        "(integer) if a click is performed, and any input text required to complete the action.\n"
+        "Output the thinking process in <think> </think> tags, and the final answer in <answer> </answer> tags "
+        "as follows:\n"
+        f"<think> ... </think> <answer>[{{'action': enum{enum}, 'point': [x, y], "
+        "'input_text': 'no input text [default]'}]</answer>\n"
+    )
+    needs_text = [a for a in actions if a in TEXT_REQUIRED]
+    pointed = [a for a in actions if a in POINTED]
+    plain = [a for a in actions if a not in POINTED and a not in TEXT_REQUIRED]
+    texty = [a for a in needs_text if a != "scroll"]
+    examples = []
+    if plain:
+        examples.append(f"[{{'action': enum{_enum(plain)}, 'point': [-100, -100], 'input_text': 'no input text'}}]")
+    if pointed:
+        examples.append(f"[{{'action': enum{_enum(pointed)}, 'point': [123, 300], 'input_text': 'no input text'}}]")
+    if texty:
+        examples.append(
+            f"[{{'action': enum{_enum(texty)}, 'point': [-100, -100], 'input_text': 'shanghai shopping mall'}}]"
+        )
+    if "scroll" in actions:
+        examples.append(
+            "[{'action': enum['scroll'], 'point': [-100, -100], 'input_text': enum['up', 'left', 'right', 'down']}]"
+        )
+    if needs_text:
+        text += (
+            f"Note:\n specific input text (no default) is necessary for actions enum{_enum(needs_text)} \n Example:\n"
+        )
+        text += "\n".join(examples)
+    else:
+        text += "Example:\n" + "\n".join(examples) + "\n"
+    return text
+
+
+# -- history ----------------------------------------------------------------------------------------
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def _answer_of(raw: str) -> str | None:
+    matches = _ANSWER_RE.findall(raw or "")
+    if not matches:
+        return None
+    body = matches[-1].strip()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(body)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+    return body if isinstance(value, (list, dict)) and value else None
+
+
+def _answer_from_action(action: Action, space: ModelSpace, actions: Sequence[str]) -> str:
+    """The GUI-R1 answer literal that stands for a unified action (for history text)."""
+
+    def pt(p: Any) -> list[int]:
+        if p is None:
+            return [-100, -100]
+        x, y = space.from_point(p)
+        return [round(x), round(y)]
+
+    kind = action.kind
+    name, point, text = None, action.point, NO_INPUT
+    simple = {ActionKind.CLICK: "click", ActionKind.LONG_PRESS: "long_press", ActionKind.HOVER: "moveto",
+              ActionKind.RIGHT_CLICK: "rightclick", ActionKind.DOUBLE_CLICK: "doubleclick",
+              ActionKind.BACK: "press_back", ActionKind.HOME: "press_home", ActionKind.WAIT: "wait",
+              ActionKind.FINISH: "complete", ActionKind.INFEASIBLE: "impossible"}
+    if kind in simple:
+        name = simple[kind]
+    elif kind is ActionKind.TYPE:
+        name, text = "type", action.text or ""
+    elif kind is ActionKind.OPEN_APP:
+        name, text = "open_app", action.text or ""
+    elif kind is ActionKind.SCROLL:
+        name, text = "scroll", action.direction.value if action.direction else "down"
+    elif kind is ActionKind.KEY:
+        key = action.keys[0]
+        if key == "Enter":
+            name = "enter" if "enter" in actions or "press_enter" not in actions else "press_enter"
+        elif key == "Escape":
+            name = "close/delete"
+        else:
+            back = {v: k for k, v in KEY_ACTIONS.items() if k != "enter" and k != "press_enter"}
+            name = back.get(key)
+            if name is None:
+                name, text = "hotkey", key.lower()
+    elif kind is ActionKind.HOTKEY:
+        name, text = "hotkey", " ".join(k.lower() for k in action.keys)
+    if name is None:  # drag, open_url: no GUI-R1 form
+        return action.describe()
+    return repr([{"action": name, "point": pt(point), "input_text": text}])
+
+
+def history_text(history: Sequence[HistoryEntry], space: ModelSpace, actions: Sequence[str]) -> str:
+    parts = []
+    for entry in history:
+        if not entry.executed or entry.action is None:
+            continue
+        answer = _answer_of(entry.raw_output) or _answer_from_action(entry.action, space, actions)
+        parts.append(f"Step {len(parts) + 1}: {answer}")
+    return "; ".join(parts) if parts else "None"
+
+
+# -- parsing helpers --------------------------------------------------------------------------------
+
+
+def _node_pos(content: str, base: int, node: ast.AST) -> int:
+    """Absolute character position of an AST node parsed from ``content`` found at ``base``."""
+    lines = content.splitlines(keepends=True) or [""]
+    lineno = getattr(node, "lineno", 1)
+    col = getattr(node, "col_offset", 0)
+    idx = min(max(lineno - 1, 0), len(lines) - 1)
+    before = sum(len(line) for line in lines[:idx])
+    return base + before + len(lines[idx].encode("utf-8")[:col].decode("utf-8", "ignore"))
+
+
+def _literal(node: ast.AST, text: str, content: str, base: int, what: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        bad = next(
+            (n for n in ast.walk(node)
+             if not isinstance(n, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.UnaryOp,
+                                   ast.BinOp, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.Load))),
+            node,
+        )
+        raise FormatParseError(
+            f"GUI-R1 {what} is not a Python literal ({type(bad).__name__} found)", text, _node_pos(content, base, bad)
+        ) from None
+
+
+class GuiR1Format:
+    """GUI-R1's prompt and its ``<think>/<answer>`` Python-literal answer (see the module docstring)."""
+
+    family = "gui-r1"
+
+    def build_prompt(
+        self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
+    ) -> Prompt:
+        actions = action_list(preset.variant)
+        text = "<image>\n" + prompt_text(task, history_text(history, space, actions), actions)
+        return Prompt(
+            messages=[
+                {"role": "user", "content": [{"type": "image", "image": "current"}, {"type": "text", "text": text}]}
+            ]
+        )
+
+    # -- parse ----------------------------------------------------------------------------------
+    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+        if not isinstance(text, str):
+            raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
+        try:
+            prompted = set(action_list(preset.variant))
+        except ValueError:
+            prompted = set(ALL_ACTIONS)
+        issues: list[str] = []
+        thought: str | None = None
+        search_from = 0
+        think_close = text.rfind("</think>")
+        think_open = text.find("<think>")
+        if think_close >= 0:
+            start = think_open + len("<think>") if 0 <= think_open < think_close else 0
+            if think_open < 0 or think_open > think_close:
+                issues.append("no <think> before </think>")
+            thought = text[start:think_close].strip()
+            search_from = think_close + len("</think>")
+        elif think_open >= 0:
+            issues.append(f"<think> at character {think_open} is never closed with </think>")
+        else:
+            issues.append("no <think>...</think> block before the answer")
+
+        a_open = text.find("<answer>", search_from)
+        if a_open < 0:
+            a_open = text.find("<answer>")
+        if a_open < 0:
+            raise FormatParseError(
+                "GUI-R1 output has no <answer> tag; expected <answer>[{'action': ..., 'point': [x, y], "
+                "'input_text': ...}]</answer>", text, search_from,
+            )
+        if think_close >= 0 and a_open < think_close:
+            thought = None
+        body_start = a_open + len("<answer>")
+        a_close = text.find("</answer>", body_start)
+        if a_close < 0:
+            raise FormatParseError("GUI-R1 <answer> is never closed with </answer>", text, len(text))
+        if text[a_close + len("</answer>"):].strip():
+            issues.append("text after </answer>")
+        if think_close >= 0 and text[think_close + len("</think>"):a_open].strip():
+            issues.append("text between </think> and <answer>")
+
+        raw = text[body_start:a_close]
+        lead = len(raw) - len(raw.lstrip())
+        content = raw.strip()
+        base = body_start + lead
+        if not content:
+            raise FormatParseError("GUI-R1 <answer> is empty; expected a list of action dicts", text, body_start)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(content, mode="eval")
+        except SyntaxError as e:
+            pos = self._syntax_pos(content, base, e)
+            raise FormatParseError(f"GUI-R1 answer is not a Python literal: {e.msg}", text, pos) from None
+        except (ValueError, MemoryError, RecursionError) as e:
+            raise FormatParseError(f"GUI-R1 answer cannot be read: {e}", text, base) from None
+
+        body = tree.body
+        if isinstance(body, (ast.List, ast.Tuple)):
+            items = list(body.elts)
+        elif isinstance(body, ast.Dict):
+            issues.append("answer is a dict, not a one-element list")
+            items = [body]
+        else:
+            raise FormatParseError(
+                f"GUI-R1 answer must be a list of action dicts, got {type(body).__name__}", text,
+                _node_pos(content, base, body),
+            )
+        if not items:
+            raise FormatParseError("GUI-R1 answer is an empty list; expected one action dict", text, base)
+        if len(items) > 1:
+            issues.append(f"answer has {len(items)} action dicts; GUI-R1 was trained to give one")
+
+        actions: list[Action] = []
+        model_points: list[tuple[float, float]] = []
+        names: list[str] = []
+        for item in items:
+            action, mpt, name = self._item(item, text, content, base, space, issues, prompted)
+            actions.append(action)
+            names.append(name)
+            if mpt is not None:
+                model_points.append(mpt)
+        info = {"format_issues": issues, "format_ok": not issues, "model_actions": names}
+        return Parsed(actions=tuple(actions), model_points=tuple(model_points), thought=thought, info=info)
+
+    @staticmethod
+    def _syntax_pos(content: str, base: int, e: SyntaxError) -> int:
+        lines = content.splitlines(keepends=True) or [""]
+        idx = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
+        col = max((e.offset or 1) - 1, 0)
+        return min(base + sum(len(line) for line in lines[:idx]) + col, base + len(content))
+
+    def _item(
+        self, node: ast.AST, text: str, content: str, base: int, space: ModelSpace, issues: list[str],
+        prompted: set[str],
+    ) -> tuple[Action, tuple[float, float] | None, str]:
+        pos = _node_pos(content, base, node)
+        if not isinstance(node, ast.Dict):
+            raise FormatParseError(
+                f"GUI-R1 answer items must be dicts with 'action', 'point' and 'input_text', got {type(node).__name__}",
+                text, pos,
+            )
+        fields: dict[str, ast.AST] = {}
+        for key, value in zip(node.keys, node.values):
+            if key is None:
+                raise FormatParseError("GUI-R1 answer dict uses ** unpacking", text, _node_pos(content, base, value))
+            k = _literal(key, text, content, base, "dict key")
+            if not isinstance(k, str):
+                raise FormatParseError(f"GUI-R1 answer dict key {k!r} is not a string", text,
+                                       _node_pos(content, base, key))
+            fields[k] = value
+        if "action" not in fields:
+            raise FormatParseError("GUI-R1 answer dict has no 'action' key", text, pos)
+        missing = [k for k in ("point", "input_text") if k not in fields]
+        if missing:
+            issues.append(f"answer dict lacks {', '.join(repr(m) for m in missing)}")
+
+        a_node = fields["action"]
+        a_pos = _node_pos(content, base, a_node)
+        name = _literal(a_node, text, content, base, "'action' value")
+        if not isinstance(name, str):
+            raise FormatParseError(f"GUI-R1 'action' must be a string, got {name!r}", text, a_pos)
+        name = name.strip().lower()
+        if name not in ALL_ACTIONS:
+            raise FormatParseError(
+                f"unknown GUI-R1 action {name!r}; known actions: {', '.join(sorted(ALL_ACTIONS))}", text, a_pos
+            )
+        if name not in prompted:
+            issues.append(f"action {name!r} is not in the prompted list")
+
+        input_text = NO_INPUT
+        t_pos = pos
+        if "input_text" in fields:
+            t_node = fields["input_text"]
+            t_pos = _node_pos(content, base, t_node)
+            input_text = _literal(t_node, text, content, base, "'input_text' value")
+            if not isinstance(input_text, str):
+                raise FormatParseError(f"GUI-R1 'input_text' must be a string, got {input_text!r}", text, t_pos)
+        has_text = input_text.strip() != "" and input_text.strip().lower() != NO_INPUT
+
+        point = None
+        model_point: tuple[float, float] | None = None
+        p_pos = pos
+        raw_point: Any = None
+        if "point" in fields:
+            p_node = fields["point"]
+            p_pos = _node_pos(content, base, p_node)
+            raw_point = _literal(p_node, text, content, base, "'point' value")
+        uses_point = name in POINTED or name in ("type", "select", "scroll", "close/delete")
+        if raw_point is not None and uses_point:
+            if (not isinstance(raw_point, (list, tuple)) or len(raw_point) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_point)):
+                raise FormatParseError(f"GUI-R1 'point' must be [x, y] with two numbers, got {raw_point!r}", text,
+                                       p_pos)
+            if not all(isinstance(v, int) for v in raw_point):
+                issues.append("point coordinates are not integers")
+            try:
+                point = space.to_point(raw_point[0], raw_point[1])
+            except CoordinateError as e:
+                raise CoordinateError(f"GUI-R1 {name} {e}", text, p_pos) from None
+            if point is not None:
+                model_point = (float(raw_point[0]), float(raw_point[1]))
+        if name in POINTED and point is None:
+            what = "the no-target point [-100, -100]" if raw_point is not None else "no 'point'"
+            raise FormatParseError(f"GUI-R1 {name} needs a target point, got {what}", text, p_pos)
+
+        try:
+            action = self._action(name, point, input_text, has_text, text, t_pos, a_pos)
+        except InvalidAction as e:
+            raise FormatParseError(f"GUI-R1 {name} is not a valid action: {e}", text, a_pos) from None
+        if action.point is None:
+            model_point = None
+        return action, model_point, name
+
+    @staticmethod
+    def _action(name: str, point: Any, input_text: str, has_text: bool, text: str, t_pos: int, a_pos: int) -> Action:
+        if name in POINTED:
+            return Action(POINTED[name], point=point)
+        if name in ("type", "select", "open_app"):
+            if not has_text:
+                raise FormatParseError(f"GUI-R1 {name} needs an input_text, got {input_text!r}", text, t_pos)
+            if name == "open_app":
+                return Action(ActionKind.OPEN_APP, text=input_text)
+            return Action(ActionKind.TYPE, text=input_text, point=point)
+        if name == "scroll":
+            direction = input_text.strip().lower()
+            if direction not in SCROLL_DIRECTIONS:
+                raise FormatParseError(
+                    f"GUI-R1 scroll needs input_text up, down, left or right, got {input_text!r}", text, t_pos
+                )
+            return Action(ActionKind.SCROLL, direction=direction, point=point)
+        if name in PLAIN:
+            return Action(PLAIN[name])
+        if name == "impossible":
+            return Action(ActionKind.INFEASIBLE, text=IMPOSSIBLE_REASON)
+        if name in KEY_ACTIONS:
+            return Action(ActionKind.KEY, keys=(KEY_ACTIONS[name],))
+        if name == "close/delete":
+            if point is not None:
+                return Action(ActionKind.CLICK, point=point)
+            return Action(ActionKind.KEY, keys=("Escape",))
+        if name == "hotkey":
+            if not has_text:
+                raise FormatParseError(f"GUI-R1 hotkey needs the keys in input_text, got {input_text!r}", text, t_pos)
+            parts = [p for p in re.split(r"\s*\+\s*|\s+", input_text.strip()) if p]
+            try:
+                keys = tuple(normalize_key(p) for p in parts)
+            except InvalidAction as e:
+                raise FormatParseError(f"GUI-R1 hotkey {input_text!r}: {e}", text, t_pos) from None
+            kind = ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY
+            return Action(kind, keys=keys)
+        if name == "press_recent":
+            raise FormatParseError(
+                "GUI-R1 press_recent (the recent-apps switcher) has no unified action; handeye cannot execute it",
+                text, a_pos,
+            )
+        raise FormatParseError(f"unknown GUI-R1 action {name!r}", text, a_pos)  # pragma: no cover

@@ -1,0 +1,529 @@
+"""UI-TARS v1 and UI-TARS-1.5 (bytedance/UI-TARS, arXiv 2501.12326): prompt builder and parser.
+
+Versions (``preset.version``)
+    ``"1.5"``: Qwen2.5-VL based, absolute pixels of the resized image (``CoordMode.ABSOLUTE``), the
+    codes/prompts.py templates. ``"1"``: Qwen2-VL based, a 0-1000 grid (``RELATIVE_1000``), the
+    README_v1 templates: computer adds ``call_user()`` and has a bare ``finished()``; mobile has
+    ``long_press(start_box, time)`` and ``scroll(start_box, end_box)``; grounding asks for one point.
+    Variants (``preset.variant``): ``computer``, ``mobile``, ``grounding``. ``{language}`` is
+    ``UiTarsFormat.language`` (English by default). The v1 README writes its computer template as a
+    raw string whose code fence shows a literal ``\\n``; handeye uses real line breaks there.
+
+Messages
+    system "You are a helpful assistant.", user(prompt), then per past step user(its screenshot,
+    referenced by history index) + assistant(its raw reply, with ``start_box``/``end_box``
+    coordinates re-wrapped in ``<|box_start|>...<|box_end|>`` as add_box_token does), then
+    user(current screenshot). Only the last ``preset.history_images`` screenshots, the current one
+    included, are sent; older steps keep their assistant text only. A step with no raw reply (its
+    action came from elsewhere) gets a synthesized ``Action: ...`` line in the family's grammar.
+
+Output
+    ``Thought: ...\\nAction: ...`` (also ``Reflection: ... Action_Summary: ...``; grounding may be
+    only ``Action: ...``, and v1 grounding a bare ``(x,y)``). The actions are the text after the LAST
+    ``Action:``; several actions are separated by blank lines and all are returned in order. Each
+    is a call with string keyword arguments, read with ``ast`` (never eval), except the ``content``
+    of type/finished, which is taken up to the call's final quote and unescaped (``\\'``, ``\\"``,
+    ``\\n``, ``\\t``, ``\\\\``; a bare quote inside is kept, as the reference parser does).
+    Coordinates: ``'(x,y)'``, ``'<|box_start|>(x,y)<|box_end|>'``, ``'<point>x y</point>'``,
+    ``'[x1, y1, x2, y2]'``; two numbers are a point, four a box whose centre is used;
+    ``point=``/``start_point=`` mean ``start_box=`` and ``end_point=`` means ``end_box=``.
+
+Action mapping (UI-TARS -> unified)
+    click / left_single -> click; left_double -> double_click; right_single -> right_click;
+    drag(start, end) -> drag; long_press -> long_press (v1 ``time`` in seconds, default 1 s);
+    type(content) -> type; a trailing ``\\n`` ("submit") stays in the text as its last character,
+    which the web device types as Enter (type, then Enter, as the model means);
+    hotkey(key='ctrl c') -> hotkey of the normalized keys ("ctrl+c" also split); one key -> key;
+    scroll(start_box, direction) -> scroll at the point, default amount 0.5 screens (the 5 wheel
+    clicks of the reference runtime); v1 mobile scroll(start_box, end_box) is a swipe between the
+    two points -> drag (its direction is the finger's, so a scroll direction would have to guess);
+    wait() -> wait 5 s; finished(content) -> finish with the answer (bare finished() -> finish);
+    call_user() -> infeasible, reason "the model asked for the user"; press_home -> home;
+    press_back -> back; open_app(app_name) -> open_app.
+    Every action name is accepted in every version and variant (the union of the grammars).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from devices.actions import Action, ActionKind, Point
+from devices.errors import InvalidAction
+from devices.keys import normalize_key
+from policy.base import HistoryEntry
+from policy.coords import ModelSpace
+from policy.errors import CoordinateError, FormatParseError
+from policy.formats.base import Parsed, Prompt
+from policy.presets import ModelPreset
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+CALL_USER_REASON = "the model asked for the user"
+WAIT_S = 5.0
+VARIANTS = ("computer", "mobile", "grounding")
+VERSIONS = ("1.5", "1")
+
+_BOX = "'<|box_start|>(x1,y1)<|box_end|>'"
+_BOX3 = "'<|box_start|>(x3,y3)<|box_end|>'"
+_FIRST = (
+    "You are a GUI agent. You are given a task and your action history, with screenshots. "
+    "You need to perform the next action to complete the task."
+)
+_FENCE = "```\nThought: ...\nAction: ...\n```"
+_ESC_NOTE = (
+    "# Use escape characters \\', \\\", and \\n in content part to ensure we can parse the content in normal "
+    "python string format."
+)
+_NOTE_15 = (
+    "## Note\n- Use {language} in `Thought` part.\n"
+    "- Write a small plan and finally summarize your next action (with its target element) in one sentence in "
+    "`Thought` part.\n\n## User Instruction\n{instruction}"
+)
+
+COMPUTER_15 = (
+    _FIRST + "\n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n\n"
+    f"click(start_box={_BOX})\n"
+    f"left_double(start_box={_BOX})\n"
+    f"right_single(start_box={_BOX})\n"
+    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
+    "hotkey(key='')\n"
+    "type(content='xxx') " + _ESC_NOTE + " If you want to submit your input, use \\n at the end of content. \n"
+    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
+    "wait() #Sleep for 5s and take a screenshot to check for any changes.\n"
+    "finished(content='xxx') " + _ESC_NOTE + "\n\n\n" + _NOTE_15
+)
+MOBILE_15 = (
+    _FIRST + " \n## Output Format\n" + _FENCE + "\n## Action Space\n\n"
+    f"click(start_box={_BOX})\n"
+    f"long_press(start_box={_BOX})\n"
+    "type(content='') #If you want to submit your input, use \"\\n\" at the end of `content`.\n"
+    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
+    "open_app(app_name='')\n"
+    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
+    "press_home()\n"
+    "press_back()\n"
+    "finished(content='xxx') " + _ESC_NOTE + "\n\n\n" + _NOTE_15
+)
+GROUNDING_15 = (
+    _FIRST + " \n\n## Output Format\n\nAction: ...\n\n\n## Action Space\n"
+    f"click(start_box={_BOX})\n\n## User Instruction\n{{instruction}}"
+)
+COMPUTER_1 = (
+    _FIRST + " \n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n\n"
+    f"click(start_box={_BOX})\n"
+    f"left_double(start_box={_BOX})\n"
+    f"right_single(start_box={_BOX})\n"
+    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
+    "hotkey(key='')\n"
+    "type(content='') #If you want to submit your input, use \"\\n\" at the end of `content`.\n"
+    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
+    "wait() #Sleep for 5s and take a screenshot to check for any changes.\n"
+    "finished()\n"
+    "call_user() # Submit the task and call the user when the task is unsolvable, or when you need the user's help.\n"
+    "\n\n## Note\n- Use {language} in `Thought` part.\n"
+    "- Summarize your next action (with its target element) in one sentence in `Thought` part.\n\n"
+    "## User Instruction\n{instruction}"
+)
+MOBILE_1 = (
+    _FIRST + " \n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n"
+    f"click(start_box={_BOX})\n"
+    f"long_press(start_box={_BOX}, time='')\n"
+    "type(content='')\n"
+    f"scroll(start_box={_BOX}, end_box={_BOX3})\n"
+    "press_home()\n"
+    "press_back()\n"
+    "finished(content='') # Submit the task regardless of whether it succeeds or fails.\n\n" + _NOTE_15
+)
+GROUNDING_1 = (
+    "Output only the coordinate of one point in your response. What element matches the following task: "
+    "{instruction}"
+)
+PROMPTS: dict[tuple[str, str], str] = {
+    ("1.5", "computer"): COMPUTER_15, ("1.5", "mobile"): MOBILE_15, ("1.5", "grounding"): GROUNDING_15,
+    ("1", "computer"): COMPUTER_1, ("1", "mobile"): MOBILE_1, ("1", "grounding"): GROUNDING_1,
+}
+
+POINTED = {"click": ActionKind.CLICK, "left_single": ActionKind.CLICK, "left_double": ActionKind.DOUBLE_CLICK,
+           "right_single": ActionKind.RIGHT_CLICK, "long_press": ActionKind.LONG_PRESS}
+ACTIONS = frozenset({*POINTED, "drag", "hotkey", "type", "scroll", "wait", "finished", "call_user",
+                     "press_home", "press_back", "open_app"})
+_BOX_ALIASES = {"start_box": "start_box", "point": "start_box", "start_point": "start_box",
+                "end_box": "end_box", "end_point": "end_box"}
+_NUM = r"-?\d+(?:\.\d+)?"
+_TOKENS = re.compile(r"<\|box_start\|>|<\|box_end\|>|</?point>|</?bbox>")
+_BLANK = re.compile(r"\n[ \t\r]*\n")
+
+
+def _version(preset: ModelPreset) -> str:
+    v = (preset.version or "1.5").strip().lower().lstrip("v")
+    if v not in VERSIONS:
+        raise ValueError(f"unknown UI-TARS version {preset.version!r}; valid versions: {', '.join(VERSIONS)}")
+    return v
+
+
+def _variant(preset: ModelPreset) -> str:
+    v = (preset.variant or "computer").strip().lower()
+    if v not in VARIANTS:
+        raise ValueError(f"unknown UI-TARS variant {preset.variant!r}; valid variants: {', '.join(VARIANTS)}")
+    return v
+
+
+def add_box_token(reply: str) -> str:
+    """Wrap bare ``start_box``/``end_box`` coordinates of a past reply in box tokens."""
+
+    def wrap(m: re.Match[str]) -> str:
+        inner = m.group(3)
+        if "<|box_start|>" in inner:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}<|box_start|>{inner.strip()}<|box_end|>{m.group(2)}"
+
+    return re.sub(r"((?:start_box|end_box)\s*=\s*)(['\"])([^'\"]*)\2", wrap, reply)
+
+
+def _unescape(raw: str) -> str:
+    out, i = [], 0
+    table = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"', "\\": "\\"}
+    while i < len(raw):
+        c = raw[i]
+        if c == "\\" and i + 1 < len(raw) and raw[i + 1] in table:
+            out.append(table[raw[i + 1]])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _char_pos(src: str, node: ast.AST) -> int:
+    """Character offset in ``src`` of an AST node (whose col_offset counts UTF-8 bytes)."""
+    lines = src.splitlines(keepends=True) or [""]
+    idx = min(max(getattr(node, "lineno", 1) - 1, 0), len(lines) - 1)
+    col = getattr(node, "col_offset", 0)
+    return sum(len(line) for line in lines[:idx]) + len(lines[idx].encode("utf-8")[:col].decode("utf-8", "ignore"))
+
+
+class UiTarsFormat:
+    """UI-TARS's prompts and its ``Thought:/Action:`` call grammar (see the module docstring)."""
+
+    family = "ui-tars"
+
+    def __init__(self, language: str = "English") -> None:
+        self.language = language
+
+    # -- prompt ---------------------------------------------------------------------------------
+    def prompt_text(self, task: str, preset: ModelPreset) -> str:
+        template = PROMPTS[(_version(preset), _variant(preset))]
+        return template.replace("{language}", self.language).replace("{instruction}", task)
+
+    def build_prompt(
+        self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
+    ) -> Prompt:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": [{"type": "text", "text": self.prompt_text(task, preset)}]},
+        ]
+        past_images = max(preset.history_images, 1) - 1
+        first_with_image = len(history) - past_images
+        for i, entry in enumerate(history):
+            if i >= first_with_image:
+                messages.append({"role": "user", "content": [{"type": "image", "image": i}]})
+            reply = self._reply(entry, space)
+            if reply:
+                messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
+        messages.append({"role": "user", "content": [{"type": "image", "image": "current"}]})
+        return Prompt(messages=messages)
+
+    def _reply(self, entry: HistoryEntry, space: ModelSpace) -> str:
+        if entry.raw_output and entry.raw_output.strip():
+            return add_box_token(entry.raw_output)
+        if entry.action is None:
+            return ""
+        return "Action: " + self.render_action(entry.action, space)
+
+    @staticmethod
+    def render_action(action: Action, space: ModelSpace) -> str:
+        """A unified action in UI-TARS's call grammar (for history of steps with no raw reply)."""
+
+        def box(p: Point) -> str:
+            x, y = space.from_point(p)
+            return f"'<|box_start|>({round(x)},{round(y)})<|box_end|>'"
+
+        def q(s: str) -> str:
+            return "'" + s.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+        k = action.kind
+        names = {ActionKind.CLICK: "click", ActionKind.DOUBLE_CLICK: "left_double",
+                 ActionKind.RIGHT_CLICK: "right_single", ActionKind.LONG_PRESS: "long_press"}
+        if k in names and action.point is not None:
+            return f"{names[k]}(start_box={box(action.point)})"
+        if k is ActionKind.DRAG and action.point is not None and action.end is not None:
+            return f"drag(start_box={box(action.point)}, end_box={box(action.end)})"
+        if k is ActionKind.TYPE:
+            return f"type(content={q(action.text or '')})"
+        if k in (ActionKind.KEY, ActionKind.HOTKEY):
+            return f"hotkey(key={q(' '.join(key.lower() for key in action.keys))})"
+        if k is ActionKind.SCROLL:
+            where = f"start_box={box(action.point)}, " if action.point is not None else ""
+            return f"scroll({where}direction='{action.direction.value if action.direction else 'down'}')"
+        if k is ActionKind.WAIT:
+            return "wait()"
+        if k is ActionKind.FINISH:
+            return f"finished(content={q(action.text)})" if action.text else "finished()"
+        if k is ActionKind.INFEASIBLE:
+            return "call_user()"
+        if k is ActionKind.HOME:
+            return "press_home()"
+        if k is ActionKind.BACK:
+            return "press_back()"
+        if k is ActionKind.OPEN_APP:
+            return f"open_app(app_name={q(action.text or '')})"
+        return action.describe()
+
+    # -- parse ----------------------------------------------------------------------------------
+    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+        if not isinstance(text, str):
+            raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
+        variant = _variant(preset)
+        idx = text.rfind("Action:")
+        thought: str | None = None
+        info: dict[str, Any] = {}
+        if idx < 0:
+            if variant != "grounding":
+                raise FormatParseError(
+                    "UI-TARS output has no 'Action:' line; expected 'Thought: ...\\nAction: click(...)'",
+                    text, len(text),
+                )
+            start = 0
+        else:
+            start = idx + len("Action:")
+            thought = self._thought(text[:idx], info)
+        body = text[start:]
+        if not body.strip():
+            raise FormatParseError("UI-TARS 'Action:' is followed by no action", text, start)
+
+        actions: list[Action] = []
+        points: list[tuple[float, float]] = []
+        names: list[str] = []
+        pos = 0
+        for m in [*_BLANK.finditer(body), None]:
+            end = m.start() if m else len(body)
+            seg = body[pos:end]
+            if seg.strip():
+                lead = len(seg) - len(seg.lstrip())
+                action, mpts, name = self._segment(seg.strip(), text, start + pos + lead, space, variant)
+                actions.append(action)
+                points.extend(mpts)
+                names.append(name)
+            if m:
+                pos = m.end()
+        info["model_actions"] = names
+        return Parsed(actions=tuple(actions), model_points=tuple(points), thought=thought, info=info)
+
+    @staticmethod
+    def _thought(prefix: str, info: dict[str, Any]) -> str | None:
+        t = prefix.rfind("Thought:")
+        if t >= 0:
+            return prefix[t + len("Thought:"):].strip() or None
+        r = prefix.find("Reflection:")
+        s = prefix.find("Action_Summary:")
+        if r >= 0 or s >= 0:
+            if r >= 0:
+                info["reflection"] = prefix[r + len("Reflection:"):s if s > r else len(prefix)].strip()
+            if s >= 0:
+                return prefix[s + len("Action_Summary:"):].strip() or None
+            return info.get("reflection") or None
+        return prefix.strip() or None
+
+    def _segment(
+        self, seg: str, text: str, off: int, space: ModelSpace, variant: str
+    ) -> tuple[Action, list[tuple[float, float]], str]:
+        m = re.match(r"([A-Za-z_]\w*)\s*\(", seg)
+        if not m:
+            if variant == "grounding" and re.search(_NUM, seg):
+                pt, mpt = self._coords(seg, text, off, space, "grounding answer")
+                if pt is None:
+                    raise FormatParseError("UI-TARS grounding answer is the no-target point", text, off)
+                return Action(ActionKind.CLICK, point=pt), [mpt], "click"
+            raise FormatParseError(
+                "UI-TARS action is not a call like click(start_box='(x,y)')", text, off
+            )
+        name = m.group(1)
+        if name not in ACTIONS:
+            raise FormatParseError(
+                f"unknown UI-TARS action {name!r}; known actions: {', '.join(sorted(ACTIONS))}", text, off
+            )
+        if not seg.endswith(")"):
+            raise FormatParseError(f"UI-TARS {name}(...) call is not closed with ')'", text, off + len(seg))
+        kwargs = self._kwargs(seg, name, m.end(), text, off)
+        try:
+            return self._action(name, kwargs, text, off, space)
+        except InvalidAction as e:
+            raise FormatParseError(f"UI-TARS {name} is not a valid action: {e}", text, off) from None
+
+    def _kwargs(self, seg: str, name: str, args_at: int, text: str, off: int) -> dict[str, tuple[Any, int]]:
+        """keyword -> (value, absolute position of the value)."""
+        cm = re.search(r"\bcontent\s*=\s*(['\"])", seg) if name in ("type", "finished") else None
+        if cm:
+            closing = seg[:-1].rstrip()
+            quote = cm.group(1)
+            if len(closing) - 1 < cm.end() or closing[-1] != quote:
+                raise FormatParseError(f"UI-TARS {name} content string is not closed", text, off + cm.end())
+            content = _unescape(seg[cm.end():len(closing) - 1].replace("\r", ""))
+            before = seg[args_at:cm.start()].rstrip().rstrip(",")
+            kwargs = self._ast_kwargs(f"{name}({before})", name, text, off, shift=0) if before.strip() else {}
+            kwargs["content"] = (content, off + cm.end())
+            return kwargs
+        return self._ast_kwargs(seg, name, text, off, shift=0)
+
+    @staticmethod
+    def _ast_kwargs(src: str, name: str, text: str, off: int, shift: int) -> dict[str, tuple[Any, int]]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(src, mode="eval")
+        except SyntaxError as e:
+            lines = src.splitlines(keepends=True) or [""]
+            li = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
+            at = min(sum(len(x) for x in lines[:li]) + max((e.offset or 1) - 1, 0), len(src))
+            raise FormatParseError(f"UI-TARS {name}(...) is not a valid call: {e.msg}", text, off + at) from None
+        except (ValueError, MemoryError, RecursionError) as e:
+            raise FormatParseError(f"UI-TARS {name}(...) cannot be read: {e}", text, off) from None
+        call = tree.body
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+            raise FormatParseError(f"UI-TARS action must be one call like {name}(...)", text, off)
+        if call.args:
+            raise FormatParseError(
+                f"UI-TARS {name}(...) takes keyword arguments only (like start_box='(x,y)')", text,
+                off + _char_pos(src, call.args[0]),
+            )
+        out: dict[str, tuple[Any, int]] = {}
+        for kw in call.keywords:
+            at = off + _char_pos(src, kw.value)
+            if kw.arg is None:
+                raise FormatParseError(f"UI-TARS {name}(...) uses ** unpacking", text, at)
+            if not isinstance(kw.value, ast.Constant) or not isinstance(kw.value.value, (str, int, float)) \
+                    or isinstance(kw.value.value, bool):
+                raise FormatParseError(
+                    f"UI-TARS {name} argument {kw.arg}= must be a string literal, got {type(kw.value).__name__}",
+                    text, at,
+                )
+            out[kw.arg] = (kw.value.value, at)
+        return out
+
+    @staticmethod
+    def _coords(
+        value: Any, text: str, at: int, space: ModelSpace, what: str
+    ) -> tuple[Point | None, tuple[float, float]]:
+        if not isinstance(value, str):
+            raise FormatParseError(f"UI-TARS {what} must be a string like '(x,y)', got {value!r}", text, at)
+        stripped = _TOKENS.sub(" ", value)
+        nums = re.findall(_NUM, stripped)
+        rest = re.sub(_NUM, "", stripped)
+        if re.search(r"[^\s()\[\],]", rest) or len(nums) not in (2, 4):
+            raise FormatParseError(
+                f"UI-TARS {what} {value!r} is not '(x,y)', '<point>x y</point>' or a 4-number box", text, at
+            )
+        v = [float(n) for n in nums]
+        x, y = (v[0], v[1]) if len(v) == 2 else ((v[0] + v[2]) / 2, (v[1] + v[3]) / 2)
+        try:
+            return space.to_point(x, y), (x, y)
+        except CoordinateError as e:
+            raise CoordinateError(f"UI-TARS {what} {e}", text, at) from None
+
+    def _action(
+        self, name: str, kwargs: dict[str, tuple[Any, int]], text: str, off: int, space: ModelSpace
+    ) -> tuple[Action, list[tuple[float, float]], str]:
+        boxes: dict[str, tuple[Point | None, tuple[float, float]]] = {}
+        for key, (value, at) in kwargs.items():
+            if key in _BOX_ALIASES:
+                slot = _BOX_ALIASES[key]
+                boxes[slot] = self._coords(value, text, at, space, f"{name} {key}")
+
+        def need(slot: str) -> tuple[Point, tuple[float, float]]:
+            if slot not in boxes:
+                raise FormatParseError(f"UI-TARS {name} needs {slot}='(x,y)'", text, off)
+            pt, mpt = boxes[slot]
+            if pt is None:
+                raise FormatParseError(f"UI-TARS {name} {slot} is the no-target point", text, kwargs_pos(slot))
+            return pt, mpt
+
+        def kwargs_pos(slot: str) -> int:
+            for key, (_, at) in kwargs.items():
+                if _BOX_ALIASES.get(key) == slot:
+                    return at
+            return off
+
+        def string(key: str, *alts: str) -> tuple[str, int]:
+            for k in (key, *alts):
+                if k in kwargs:
+                    value, at = kwargs[k]
+                    return (value if isinstance(value, str) else str(value)), at
+            return "", off
+
+        if name in POINTED:
+            pt, mpt = need("start_box")
+            duration = None
+            if name == "long_press":
+                raw, at = string("time", "duration")
+                if raw.strip():
+                    m = re.fullmatch(r"\s*(" + _NUM + r")\s*s?\s*", raw)
+                    if not m:
+                        raise FormatParseError(f"UI-TARS long_press time {raw!r} is not a number of seconds", text, at)
+                    duration = float(m.group(1))
+                    if not 0 <= duration <= 600:
+                        raise FormatParseError(f"UI-TARS long_press time {raw!r} is outside 0-600 s", text, at)
+            return Action(POINTED[name], point=pt, duration_s=duration), [mpt], name
+        if name == "drag":
+            pt, mpt = need("start_box")
+            end, mend = need("end_box")
+            return Action(ActionKind.DRAG, point=pt, end=end), [mpt, mend], name
+        if name == "scroll":
+            direction, at = string("direction")
+            start = boxes.get("start_box")
+            if not direction.strip() and "end_box" in boxes:
+                pt, mpt = need("start_box")
+                end, mend = need("end_box")
+                return Action(ActionKind.DRAG, point=pt, end=end), [mpt, mend], name
+            d = direction.strip().lower()
+            if d not in ("up", "down", "left", "right"):
+                raise FormatParseError(
+                    f"UI-TARS scroll direction must be up, down, left or right, got {direction!r}", text, at
+                )
+            point = start[0] if start else None
+            mpts = [start[1]] if start and start[0] is not None else []
+            return Action(ActionKind.SCROLL, direction=d, point=point), mpts, name
+        if name == "type":
+            content, at = string("content")
+            if not content:
+                raise FormatParseError("UI-TARS type needs a non-empty content", text, at)
+            return Action(ActionKind.TYPE, text=content), [], name
+        if name == "hotkey":
+            keys_text, at = string("key", "hotkey", "keys")
+            parts = [p for p in re.split(r"\s*\+\s*|\s+", keys_text.strip()) if p]
+            if not parts:
+                raise FormatParseError("UI-TARS hotkey needs key='...' with at least one key", text, at)
+            try:
+                keys = tuple(normalize_key(p) for p in parts)
+            except InvalidAction as e:
+                raise FormatParseError(f"UI-TARS hotkey {keys_text!r}: {e}", text, at) from None
+            return Action(ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY, keys=keys), [], name
+        if name == "wait":
+            return Action(ActionKind.WAIT, duration_s=WAIT_S), [], name
+        if name == "finished":
+            content, _ = string("content")
+            return Action(ActionKind.FINISH, text=content or None), [], name
+        if name == "call_user":
+            return Action(ActionKind.INFEASIBLE, text=CALL_USER_REASON), [], name
+        if name == "press_home":
+            return Action(ActionKind.HOME), [], name
+        if name == "press_back":
+            return Action(ActionKind.BACK), [], name
+        if name == "open_app":
+            app, at = string("app_name", "app")
+            if not app.strip():
+                raise FormatParseError("UI-TARS open_app needs a non-empty app_name", text, at)
+            return Action(ActionKind.OPEN_APP, text=app.strip()), [], name
+        raise FormatParseError(f"unknown UI-TARS action {name!r}", text, off)  # pragma: no cover
