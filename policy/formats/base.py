@@ -51,4 +51,9 @@ class ModelFormat(Protocol):
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
     ) -> Prompt: ...
 
-    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed: ...
+    def parse(
+        self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
+    ) -> Parsed:
+        """``history`` is the episode so far, for grammars whose actions depend on it (Qwen2.5-VL's
+        ``left_click_drag`` starts at the cursor); families that do not need it ignore it."""
+        ...

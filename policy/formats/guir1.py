@@ -269,7 +269,9 @@ class GuiR1Format:
         )
 
     # -- parse ----------------------------------------------------------------------------------
-    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+    def parse(
+        self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
+    ) -> Parsed:
         if not isinstance(text, str):
             raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
         try:

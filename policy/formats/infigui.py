@@ -141,7 +141,9 @@ class InfiGuiG1Format:
         ]})
         return Prompt(messages)
 
-    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+    def parse(
+        self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
+    ) -> Parsed:
         if not isinstance(text, str):
             raise FormatParseError(f"model output must be text, got {type(text).__name__}")
         thought, offset = split_think(text)

@@ -283,7 +283,9 @@ class UiTarsFormat:
         return action.describe()
 
     # -- parse ----------------------------------------------------------------------------------
-    def parse(self, text: str, space: ModelSpace, preset: ModelPreset) -> Parsed:
+    def parse(
+        self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
+    ) -> Parsed:
         if not isinstance(text, str):
             raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
         variant = _variant(preset)
