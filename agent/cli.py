@@ -26,6 +26,17 @@ log = logging.getLogger("agent")
 EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _policy_arg(text: str) -> tuple[str, str]:
+    kind, _, rest = text.partition(":")
+    if kind in ("ocr", "scripted") and not rest:
+        return kind, ""
+    if kind in ("transformers", "openai") and rest:
+        return kind, rest
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a policy; use ocr, scripted, transformers:PATH_OR_HUB_ID or openai:http://HOST:PORT"
+    )
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -51,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
     run.add_argument("--device", choices=["web"], help="device to drive (config: device.kind)")
     run.add_argument("--url", help="start page for the web device (config: device.url)")
-    run.add_argument("--policy", choices=["ocr", "scripted"], help="who decides (config: policy.kind)")
+    run.add_argument("--policy", type=_policy_arg, metavar="POLICY",
+                     help="who decides: ocr, scripted, transformers:PATH_OR_ID or openai:URL (config: policy.kind, "
+                          "model.id, model.url)")
+    run.add_argument("--model", help="model id: its preset picks prompts, resize and parsing (config: model.id)")
+    run.add_argument("--format", dest="fmt", help="model family for ids without a preset (config: model.format)")
     run.add_argument("--script", help="JSON list of actions for --policy scripted (config: policy.script)")
     run.add_argument("--max-steps", type=_positive_int, help="step budget (config: agent.max_steps)")
     run.add_argument("--dry-run", action="store_true", help="record what would be done without doing it")
@@ -131,7 +146,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     import json
 
     out: list[str] = []
-    for flag, key in (("device", "device.kind"), ("url", "device.url"), ("policy", "policy.kind"),
+    if args.policy is not None:
+        kind, where = args.policy
+        out.append(f"policy.kind={json.dumps(kind)}")
+        if kind == "transformers":
+            out.append(f"model.id={json.dumps(where)}")
+        elif kind == "openai":
+            out.append(f"model.url={json.dumps(where)}")
+    for flag, key in (("device", "device.kind"), ("url", "device.url"), ("model", "model.id"), ("fmt", "model.format"),
                       ("script", "policy.script"), ("max_steps", "agent.max_steps"), ("runs_dir", "record.runs_dir")):
         value = getattr(args, flag)
         if value is not None:
@@ -225,7 +247,13 @@ def _plan(cfg: Any, task: str | None) -> _Plan:
 
 
 def _build_policy(cfg: Any) -> Any:
-    from policy.errors import PolicyUnavailable
+    from policy.errors import PolicyError, PolicyUnavailable
+
+    if cfg.policy.kind in ("transformers", "openai"):
+        try:
+            return _build_model_policy(cfg)
+        except (PolicyError, ValueError) as e:
+            raise PolicyUnavailable(str(e)) from None
 
     if cfg.policy.kind == "scripted":
         from policy.scripted import ScriptedPolicy
@@ -236,6 +264,32 @@ def _build_policy(cfg: Any) -> Any:
     from policy.ocr import OcrPolicy
 
     return OcrPolicy(cfg.ocr)
+
+
+def _build_model_policy(cfg: Any) -> Any:
+    import os
+
+    from policy.errors import PolicyUnavailable
+    from policy.model import ModelPolicy
+
+    m = cfg.model
+    if not m.id:
+        raise PolicyUnavailable("say which model: --policy transformers:PATH_OR_ID, or --model ID with --policy openai:URL")
+    preset = m.preset()
+    if cfg.policy.kind == "transformers":
+        from policy.backends.hf import TransformersBackend
+
+        backend = TransformersBackend(m.id, preset=preset, device=m.device, dtype=m.dtype, adapter=m.adapter or None)
+    else:
+        from policy.backends.openai import OpenAIBackend
+
+        if not m.url:
+            raise PolicyUnavailable("the openai policy needs the server's URL: --policy openai:http://HOST:PORT")
+        api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
+        if m.api_key_env and api_key is None:
+            raise PolicyUnavailable(f"model.api_key_env names {m.api_key_env}, which is not set; export it first")
+        backend = OpenAIBackend(m.url, m.id, api_key=api_key, timeout_s=m.timeout_s)
+    return ModelPolicy(backend, preset, n=m.samples)
 
 
 def _build_guard(cfg: Any) -> Any:
@@ -272,12 +326,20 @@ def _execute(cfg: Any, plan: _Plan) -> int:
     options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
     console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
     interrupted = False
+    async def episode() -> None:
+        try:
+            await run_episode(
+                plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
+                checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
+                on_step=lambda step: print_step(console, step),
+            )
+        finally:
+            backend = getattr(plan.policy, "backend", None)
+            if backend is not None:
+                await backend.close()
+
     try:
-        asyncio.run(run_episode(
-            plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
-            checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
-            on_step=lambda step: print_step(console, step),
-        ))
+        asyncio.run(episode())
     except KeyboardInterrupt:
         interrupted = True
     record = writer.record

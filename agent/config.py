@@ -22,7 +22,7 @@ from devices.web import WebConfig
 from policy.ocr import OcrConfig
 
 DEVICE_KINDS = ("web",)
-POLICY_KINDS = ("ocr", "scripted")
+POLICY_KINDS = ("ocr", "scripted", "transformers", "openai")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class DeviceConfig:
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     kind: str = "ocr"
-    """Which policy decides: ocr (offline text grounding, no model) or scripted (a JSON list of actions)."""
+    """Who decides: ocr (offline text grounding), scripted (a JSON list of actions), transformers or openai (a model, see [model])."""
     script: str = ""
     """For the scripted policy: path of a JSON file holding a list of actions."""
 
@@ -77,6 +77,20 @@ class ModelConfig:
     """Processor min_pixels, overriding the preset's; 0 = the preset's."""
     max_pixels: int = 0
     """Processor max_pixels, overriding the preset's; 0 = the preset's."""
+    url: str = ""
+    """For policy openai: the server's base URL, e.g. http://127.0.0.1:8000 (vLLM, SGLang, transformers serve)."""
+    api_key_env: str = ""
+    """For policy openai: the environment variable holding the API key, if the server needs one."""
+    timeout_s: float = 60.0
+    """For policy openai: seconds to wait for one answer before retrying."""
+    device: str = "cpu"
+    """For policy transformers: torch device (cpu, cuda, cuda:1, mps)."""
+    dtype: str = "auto"
+    """For policy transformers: weights dtype (auto, bfloat16, float16, float32)."""
+    adapter: str = ""
+    """For policy transformers: a LoRA adapter directory to load on the base model."""
+    samples: int = 1
+    """Answers sampled per observation (the first that parses is executed; all are kept as candidates)."""
 
     def __post_init__(self) -> None:
         from policy.presets import FAMILY_DEFAULTS
@@ -85,6 +99,10 @@ class ModelConfig:
             close = difflib.get_close_matches(self.format.lower(), list(FAMILY_DEFAULTS), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"format {self.format!r} is not a model family{hint}; use one of {', '.join(FAMILY_DEFAULTS)}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be at least 1, got {self.samples}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.min_pixels < 0 or self.max_pixels < 0 or (self.max_pixels and self.min_pixels > self.max_pixels):
             raise ValueError(f"need 0 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
 

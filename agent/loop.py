@@ -29,6 +29,9 @@ from policy.errors import PolicyError, PolicyParseError
 
 log = logging.getLogger(__name__)
 
+KEEP_FRAMES = 8
+"""Past observations kept in the history handed to the policy."""
+
 PHASES = ("start", "observe", "decide", "guard", "act", "settle", "verify", "record")
 
 Checker = Callable[[Device], Awaitable[TaskVerdict]]
@@ -93,6 +96,14 @@ async def run_episode(
     finish: dict[str, Any] = {}
     step_reward_total: float | None = None
 
+    def remember(entry: HistoryEntry) -> None:
+        history.append(entry)
+        # Frames are kept for the last few steps only (families show at most 5 screenshots).
+        if len(history) > KEEP_FRAMES:
+            old = history[-KEEP_FRAMES - 1]
+            if old.observation is not None:
+                history[-KEEP_FRAMES - 1] = replace(old, observation=None)
+
     async def record(step: StepRecord) -> None:
         nonlocal index
         t0 = time.perf_counter()
@@ -128,7 +139,7 @@ async def run_episode(
             if decision.action is None:
                 parse_failures += 1
                 note = f"output did not parse: {decision.parse_error}"
-                history.append(HistoryEntry(None, decision.raw_output, executed=False, note=note))
+                remember(HistoryEntry(None, decision.raw_output, executed=False, note=note, observation=obs))
                 await record(replace(base, ended_at=time.time(), latency=dict(clock.step)))
                 if parse_failures > opts.max_parse_retries:
                     outcome = Outcome.ABORTED
@@ -164,7 +175,7 @@ async def run_episode(
             if action.kind not in device.supported_actions:
                 parse_failures += 1
                 note = f"{device.name} device cannot {action.kind.value}"
-                history.append(HistoryEntry(action, decision.raw_output, executed=False, note=note))
+                remember(HistoryEntry(action, decision.raw_output, executed=False, note=note, observation=obs))
                 await record(replace(base, ended_at=time.time(), error={"type": "UnsupportedAction", "message": note},
                                latency=dict(clock.step)))
                 if parse_failures > opts.max_parse_retries:
@@ -179,13 +190,13 @@ async def run_episode(
             guard_info = {"verdict": verdict_g.verdict.value, "reason": verdict_g.reason}
             acted += 1
             if verdict_g.verdict is not Verdict.ALLOW:
-                history.append(HistoryEntry(action, decision.raw_output, executed=False, note=f"refused: {verdict_g.reason}"))
+                remember(HistoryEntry(action, decision.raw_output, executed=False, note=f"refused: {verdict_g.reason}", observation=obs))
                 await record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
                 continue
             if opts.dry_run:
                 guard_info["dry_run"] = True
                 # The policy goes on as if the action happened, to show the whole plan.
-                history.append(HistoryEntry(action, decision.raw_output, executed=True, note="dry run: not performed"))
+                remember(HistoryEntry(action, decision.raw_output, executed=True, note="dry run: not performed", observation=obs))
                 await record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
                 continue
 
@@ -196,7 +207,7 @@ async def run_episode(
                 await record(replace(base, ended_at=time.time(), guard=guard_info, error=error, latency=dict(clock.step)))
                 raise
             settled = await clock.timed("settle", device.settle())
-            history.append(HistoryEntry(action, decision.raw_output, executed=True, note=result.detail))
+            remember(HistoryEntry(action, decision.raw_output, executed=True, note=result.detail, observation=obs))
             await record(
                 replace(
                     base,

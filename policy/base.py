@@ -19,6 +19,9 @@ class HistoryEntry:
     executed: bool = True
     note: str = ""
     """Why the action was not executed (parse error, guard refusal, device error), if it was not."""
+    observation: Observation | None = None
+    """The screen the action was chosen on; the loop keeps it for the last few steps only (families
+    such as UI-TARS show the model its recent screenshots)."""
 
 
 @dataclass(frozen=True, slots=True)
