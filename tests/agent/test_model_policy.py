@@ -1,0 +1,106 @@
+"""A vision-language model drives the loop end to end: the tiny Qwen2.5-VL built in code, the real
+processor, chat template and generate, the family's parser, the coordinate mapping, a real page.
+
+Random weights emit noise, so the answers are forced by constrained decoding (ForceTextLogitsProcessor):
+everything else is the real path. Where the click must land comes from the page's layout and
+transformers' own processor size, not from handeye's mapping code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.loop import run_episode
+from devices.settle import SettleConfig
+from devices.web import PlaywrightDevice, WebConfig
+from envs.records import Outcome
+from envs.tasks import ClickTask
+from envs.trajectory import RunWriter, read_episode
+from policy.backends.hf import ForceTextLogitsProcessor, TransformersBackend
+from policy.model import ModelPolicy
+from policy.presets import preset_for
+from policy.tiny import build_tiny_qwen25vl
+from tests.conftest import REPO
+from tests.policy.reference import reference_input_size
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+W, H = 640, 480
+PAGE = """<!doctype html><meta charset="utf-8"><body style="margin:0">
+<button id="near" style="position:absolute;left:300px;top:260px;width:60px;height:30px">No</button>
+<button id="go" style="position:absolute;left:380px;top:280px;width:60px;height:40px">Go</button>
+<script>window.handeye={clicks:[]};for(const b of document.querySelectorAll('button'))
+b.addEventListener('click',()=>{handeye.clicks.push(b.id);document.body.dataset.clicked=b.id;});</script></body>"""
+MAX_PIXELS = 256 * 28 * 28
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_qwen25vl(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def test_a_forced_model_answer_clicks_the_right_element(tmp_path, tiny_model, site, pages_dir):
+    (pages_dir / "go.html").write_text(PAGE)
+    preset = preset_for("tiny-qwen", "qwen2.5-vl", max_pixels=MAX_PIXELS)
+    w_in, h_in = reference_input_size(W, H, preset.min_pixels, MAX_PIXELS)
+    # The "Go" button's centre is CSS (410, 300) in a 640x480 viewport at DPR 1; in the model's image:
+    mx, my = round(410 * w_in / W), round(300 * h_in / H)
+    answers = [
+        '<tool_call>\n{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [%d, %d]}}\n</tool_call>'
+        % (mx, my),
+        '<tool_call>\n{"name": "computer_use", "arguments": {"action": "terminate", "status": "success"}}\n</tool_call>',
+    ]
+    holder: dict = {}
+    backend = TransformersBackend(
+        tiny_model, preset=preset,
+        logits_processor_factory=lambda request: ForceTextLogitsProcessor(holder["backend"].tokenizer, answers.pop(0)))
+    holder["backend"] = backend
+    policy = ModelPolicy(backend, preset)
+    writer = RunWriter(tmp_path / "runs", config={}).episode(task="Click Go")
+    device = PlaywrightDevice(WebConfig(viewport_width=W, viewport_height=H), SettleConfig(min_s=0, deadline_s=1),
+                              url=site.url("go.html"))
+    task = ClickTask("go", "Click Go", "go.html", "go")
+    record = asyncio.run(run_episode("Click Go", device, policy, writer, checker=task.check))
+    assert record.outcome is Outcome.SUCCESS, record
+    episode = read_episode(writer.path)
+    click, done = episode.steps
+    assert click.target["id"] == "go"
+    assert click.model_input_size == (w_in, h_in) and click.frame_size == (W, H)
+    assert click.action["point"] == pytest.approx([mx / w_in, my / h_in])
+    (sample,) = click.info["policy"]["samples"]
+    assert sample["text"] == click.raw_output
+    assert len(sample["token_ids"]) == len(sample["logprobs"]) > 10
+    assert all(lp == 0.0 for lp in sample["logprobs"])  # forced tokens have probability 1
+    assert done.action["kind"] == "finish"
+
+
+def test_run_with_a_model_from_the_command_line_records_its_unparsed_noise(tmp_path, tiny_model):
+    # Unforced, random weights write noise: the loop records it as unparsed and never executes it.
+    env = {**os.environ, "COLUMNS": "200"}
+    r = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}", "--format", "qwen2.5-vl",
+         "--set", f"model.max_pixels={MAX_PIXELS}", "--set", "agent.max_parse_retries=1", "--runs-dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (run_dir,) = tmp_path.iterdir()
+    (episode_dir,) = [p for p in run_dir.iterdir() if p.is_dir()]
+    episode = read_episode(episode_dir)
+    assert episode.record.outcome is Outcome.ABORTED and episode.record.reason["type"] == "PolicyParseError"
+    assert episode.record.policy["family"] == "qwen2.5-vl" and episode.record.policy["backend"]
+    assert len(episode.steps) == 2 and all(s.parse_error and not s.executed for s in episode.steps)
+    assert episode.steps[0].model_input_size != episode.steps[0].frame_size
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert run_json["config"]["policy"]["kind"] == "transformers"
+
+
+def test_a_model_id_without_preset_or_format_is_refused(tmp_path, tiny_model):
+    r = subprocess.run([sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}",
+                        "--runs-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--format" in r.stdout and "no preset for model" in r.stdout
