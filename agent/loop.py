@@ -190,7 +190,8 @@ async def run_episode(
             guard_info = {"verdict": verdict_g.verdict.value, "reason": verdict_g.reason}
             acted += 1
             if verdict_g.verdict is not Verdict.ALLOW:
-                remember(HistoryEntry(action, decision.raw_output, executed=False, note=f"refused: {verdict_g.reason}", observation=obs))
+                note = f"refused: {verdict_g.reason}"
+                remember(HistoryEntry(action, decision.raw_output, executed=False, note=note, observation=obs))
                 await record(replace(base, ended_at=time.time(), guard=guard_info, latency=dict(clock.step)))
                 continue
             if opts.dry_run:

@@ -1,0 +1,1 @@
+"""Test infrastructure shared by several test packages (servers, fakes)."""
