@@ -104,3 +104,40 @@ def test_a_model_id_without_preset_or_format_is_refused(tmp_path, tiny_model):
     r = subprocess.run([sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}",
                         "--runs-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--format" in r.stdout and "no preset for model" in r.stdout
+
+
+def test_run_against_an_openai_compatible_server(tmp_path, tiny_model):
+    from tests.support.openai_server import OpenAICompatServer
+
+    preset = preset_for("tiny-served", "qwen2.5-vl", max_pixels=MAX_PIXELS)
+    with OpenAICompatServer.for_model_dir(tiny_model, model_name="tiny-served", preset=preset) as server:
+        r = subprocess.run(
+            [sys.executable, "-m", "agent", "run", "--policy", f"openai:{server.url}", "--model", "tiny-served",
+             "--format", "qwen2.5-vl", "--set", f"model.max_pixels={MAX_PIXELS}", "--set", "agent.max_parse_retries=0",
+             "--runs-dir", str(tmp_path)],
+            cwd=REPO, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (run_dir,) = tmp_path.iterdir()
+    (episode_dir,) = [p for p in run_dir.iterdir() if p.is_dir()]
+    episode = read_episode(episode_dir)
+    # The served random model answered noise: recorded as unparsed, nothing executed.
+    assert episode.record.reason["type"] == "PolicyParseError"
+    (step,) = episode.steps
+    assert step.parse_error and not step.executed and step.info["policy"]["samples"][0]["logprobs"]
+    backend = episode.record.policy["backend"]
+    assert backend["backend"] == "openai" and backend["base_url"] == server.url and backend["model"] == "tiny-served"
+
+
+def test_openai_policy_with_the_server_down(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--policy", f"openai:http://127.0.0.1:{port}", "--model",
+         "ByteDance-Seed/UI-TARS-1.5-7B", "--set", "model.timeout_s=2", "--runs-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "ABORTED" in r.stdout and "BackendError" in r.stdout
+    assert f"127.0.0.1:{port}" in r.stdout.replace("\n", "")
