@@ -16,8 +16,10 @@ if [ "$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUD
 distro=${ID:-unknown}
 
 # System packages: fonts (Latin and CJK, so Chinese pages render for the OCR policy), fontconfig,
-# python3-venv, and on Debian the distribution's Chromium (Ubuntu's apt chromium is a snap stub).
-apt_pkgs=(ca-certificates fontconfig fonts-dejavu-core fonts-noto-cjk python3-venv)
+# python3-venv and python3-tk, the X tools the desktop device and its tests use (Xvfb, xdotool,
+# xclip, scrot), adb for Android, and on Debian the distribution's Chromium (Ubuntu's is a snap stub).
+apt_pkgs=(ca-certificates fontconfig fonts-dejavu-core fonts-noto-cjk python3-venv python3-tk
+          xvfb xdotool x11-utils xclip scrot adb)
 [ "$distro" = "debian" ] && apt_pkgs+=(chromium)
 missing=()
 if command -v dpkg >/dev/null; then
