@@ -293,20 +293,25 @@ def _build_model_policy(cfg: Any) -> Any:
 
 
 def _build_guard(cfg: Any) -> Any:
-    from agent.guard import AllowAll, KindGuard
+    from agent.guard import AllowAll, GuardChain, KindGuard, RegionGuard
     from devices.actions import ActionKind
 
-    if not cfg.guard.refuse and not cfg.guard.confirm:
+    guards: list[Any] = []
+    if cfg.guard.refuse or cfg.guard.confirm:
+        confirm = None
+        if sys.stdin.isatty():
+            from rich.prompt import Confirm
+
+            def confirm(action: Any) -> bool:
+                return Confirm.ask(f"Allow [bold]{action.describe()}[/]?", default=False)
+
+        guards.append(KindGuard(frozenset(ActionKind(k) for k in cfg.guard.refuse),
+                                frozenset(ActionKind(k) for k in cfg.guard.confirm), confirm))
+    if cfg.guard.forbidden_regions:
+        guards.append(RegionGuard(cfg.guard.forbidden_regions))
+    if not guards:
         return AllowAll()
-    confirm = None
-    if sys.stdin.isatty():
-        from rich.prompt import Confirm
-
-        def confirm(action: Any) -> bool:
-            return Confirm.ask(f"Allow [bold]{action.describe()}[/]?", default=False)
-
-    return KindGuard(frozenset(ActionKind(k) for k in cfg.guard.refuse),
-                     frozenset(ActionKind(k) for k in cfg.guard.confirm), confirm)
+    return guards[0] if len(guards) == 1 else GuardChain(guards)
 
 
 def _execute(cfg: Any, plan: _Plan) -> int:

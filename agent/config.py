@@ -126,10 +126,14 @@ class GuardConfig:
     """Action kinds never executed (e.g. ["open_url"]); the policy is told they were refused."""
     confirm: tuple[str, ...] = ()
     """Action kinds that need a yes on the terminal first; refused when there is no terminal."""
+    forbidden_regions: tuple[tuple[float, ...], ...] = ()
+    """Screen regions never touched: [[x1, y1, x2, y2], ...] in normalized frame coordinates."""
 
     def __post_init__(self) -> None:
+        from agent.guard import RegionGuard
         from devices.actions import ActionKind
 
+        RegionGuard(self.forbidden_regions)  # raises with the rule when a region is malformed
         valid = {k.value for k in ActionKind}
         for name in (*self.refuse, *self.confirm):
             if name not in valid:
@@ -197,6 +201,14 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     elif hint is str:
         if isinstance(value, str):
             return value
+    elif origin is tuple and typing.get_args(hint)[0] is not str:
+        # a list of number lists, such as guard.forbidden_regions
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(row, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+            for row in value
+        ):
+            return tuple(tuple(float(v) for v in row) for row in value)
+        raise ConfigError(f"{where} must be a list of number lists like [[0.9, 0.0, 1.0, 0.05]], got {value!r}")
     elif origin is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)

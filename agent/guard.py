@@ -63,3 +63,43 @@ class KindGuard:
                 return GuardDecision(Verdict.ALLOW, "confirmed by the user")
             return GuardDecision(Verdict.REFUSE, "the user said no")
         return GuardDecision(Verdict.ALLOW)
+
+
+class RegionGuard:
+    """Refuses pointer actions that would touch a forbidden screen region.
+
+    Regions are normalized frame boxes (x1, y1, x2, y2), inclusive, e.g. the corner with the
+    system tray or the window holding the user's own work. Any point of the action counts: the
+    point of a click, scroll or type, and both ends of a drag.
+    """
+
+    def __init__(self, regions: tuple[tuple[float, float, float, float], ...]) -> None:
+        for r in regions:
+            if len(r) != 4 or not (0 <= r[0] <= r[2] <= 1 and 0 <= r[1] <= r[3] <= 1):
+                raise ValueError(f"a forbidden region must be [x1, y1, x2, y2] with 0 <= x1 <= x2 <= 1 and "
+                                 f"0 <= y1 <= y2 <= 1 (normalized frame coordinates), got {list(r)}")
+        self.regions = regions
+
+    def check(self, action: Action, observation: Observation) -> GuardDecision:
+        for point in (action.point, action.end):
+            if point is None:
+                continue
+            for r in self.regions:
+                if r[0] <= point.x <= r[2] and r[1] <= point.y <= r[3]:
+                    return GuardDecision(Verdict.REFUSE, f"({point.x:.3f}, {point.y:.3f}) is inside the forbidden "
+                                                         f"region {list(r)} (guard.forbidden_regions)")
+        return GuardDecision(Verdict.ALLOW)
+
+
+class GuardChain:
+    """Several guards in order: the first that does not allow decides."""
+
+    def __init__(self, guards: list[Guard]) -> None:
+        self.guards = guards
+
+    def check(self, action: Action, observation: Observation) -> GuardDecision:
+        for guard in self.guards:
+            decision = guard.check(action, observation)
+            if decision.verdict is not Verdict.ALLOW:
+                return decision
+        return GuardDecision(Verdict.ALLOW)

@@ -35,3 +35,22 @@ def test_guards():
     assert g.check(click, OBS).verdict is Verdict.ALLOW
     assert g.check(click, OBS).verdict is Verdict.REFUSE
     assert g.check(Action(ActionKind.WAIT), OBS).verdict is Verdict.ALLOW
+
+
+def test_region_guard_refuses_points_inside_forbidden_regions():
+    from agent.guard import GuardChain, RegionGuard
+
+    g = RegionGuard(((0.9, 0.0, 1.0, 0.05), (0.0, 0.5, 0.5, 1.0)))
+    assert g.check(Action(ActionKind.CLICK, Point(0.95, 0.02)), OBS).verdict is Verdict.REFUSE
+    assert g.check(Action(ActionKind.CLICK, Point(0.9, 0.05)), OBS).verdict is Verdict.REFUSE  # edges are inside
+    assert g.check(Action(ActionKind.CLICK, Point(0.89, 0.02)), OBS).verdict is Verdict.ALLOW
+    drag = Action(ActionKind.DRAG, Point(0.7, 0.2), end=Point(0.25, 0.75))  # only its end is forbidden
+    refused = g.check(drag, OBS)
+    assert refused.verdict is Verdict.REFUSE and "(0.250, 0.750)" in refused.reason
+    assert g.check(Action(ActionKind.KEY, keys=("Enter",)), OBS).verdict is Verdict.ALLOW
+    with pytest.raises(ValueError, match="normalized frame coordinates"):
+        RegionGuard(((0.5, 0.5, 0.4, 0.6),))
+    chain = GuardChain([KindGuard(refuse=frozenset({ActionKind.WAIT})), g])
+    assert chain.check(Action(ActionKind.WAIT), OBS).verdict is Verdict.REFUSE
+    assert chain.check(Action(ActionKind.CLICK, Point(0.95, 0.01)), OBS).verdict is Verdict.REFUSE
+    assert chain.check(Action(ActionKind.CLICK, Point(0.5, 0.1)), OBS).verdict is Verdict.ALLOW
