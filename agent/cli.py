@@ -26,6 +26,15 @@ log = logging.getLogger("agent")
 EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _device_arg(text: str) -> tuple[str, str]:
+    kind, _, rest = text.partition(":")
+    if kind in ("web", "desktop") and not rest:
+        return kind, ""
+    if kind == "android":
+        return kind, rest
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device; use web, desktop, android or android:SERIAL")
+
+
 def _policy_arg(text: str) -> tuple[str, str]:
     kind, _, rest = text.partition(":")
     if kind in ("ocr", "scripted") and not rest:
@@ -60,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "infeasible, the step budget runs out, an error occurs or Ctrl-C. Without --url the "
         "built-in demo page is used, whose tasks are checked by code."))
     run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
-    run.add_argument("--device", choices=["web"], help="device to drive (config: device.kind)")
+    run.add_argument("--device", type=_device_arg, metavar="DEVICE",
+                     help="web, desktop, or android[:SERIAL] (config: device.kind, android.serial)")
     run.add_argument("--url", help="start page for the web device (config: device.url)")
     run.add_argument("--policy", type=_policy_arg, metavar="POLICY",
                      help="who decides: ocr, scripted, transformers:PATH_OR_ID or openai:URL (config: policy.kind, "
@@ -80,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a run folder (runs/<run_id>) or an episode folder")
 
     sub.add_parser("doctor", help="check the browser, fonts, OCR models and run folder")
+    devices = sub.add_parser("devices", help="list the screens handeye can drive: monitors, phones, browsers")
+    devices.add_argument("--config", help="config file (default: ./config.toml when present)")
+    devices.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
 
     parse = sub.add_parser("parse", help="parse a model's output and show where each action lands", description=(
         "Read TEXT as the named model family (or registered model id) would have written it for a "
@@ -118,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_show(args)
     if args.command == "parse":
         return _cmd_parse(args)
+    if args.command == "devices":
+        return _cmd_devices(args)
     return _cmd_doctor(args)
 
 
@@ -146,6 +161,11 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     import json
 
     out: list[str] = []
+    if args.device is not None:
+        kind, serial = args.device
+        out.append(f"device.kind={json.dumps(kind)}")
+        if serial:
+            out.append(f"android.serial={json.dumps(serial)}")
     if args.policy is not None:
         kind, where = args.policy
         out.append(f"policy.kind={json.dumps(kind)}")
@@ -153,7 +173,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
             out.append(f"model.id={json.dumps(where)}")
         elif kind == "openai":
             out.append(f"model.url={json.dumps(where)}")
-    for flag, key in (("device", "device.kind"), ("url", "device.url"), ("model", "model.id"), ("fmt", "model.format"),
+    for flag, key in (("url", "device.url"), ("model", "model.id"), ("fmt", "model.format"),
                       ("script", "policy.script"), ("max_steps", "agent.max_steps"), ("runs_dir", "record.runs_dir")):
         value = getattr(args, flag)
         if value is not None:
@@ -220,7 +240,13 @@ def _plan(cfg: Any, task: str | None) -> _Plan:
     from policy.errors import PolicyUnavailable
 
     plan = _Plan()
-    if cfg.device.url:
+    if cfg.device.kind != "web":
+        if cfg.device.url:
+            raise ConfigError(f"--url is for the web device; the {cfg.device.kind} device starts on its own screen")
+        if not task:
+            raise ConfigError(f'give the task to do, e.g. agent run "Open the settings" --device {cfg.device.kind}')
+        plan.task = task
+    elif cfg.device.url:
         if not task:
             raise ConfigError("give the task to do on that page, e.g. agent run \"Click Sign in\" --url URL")
         try:
@@ -314,10 +340,24 @@ def _build_guard(cfg: Any) -> Any:
     return guards[0] if len(guards) == 1 else GuardChain(guards)
 
 
+def _build_device(cfg: Any, url: str) -> Any:
+    """The device the config names; heavy driver libraries are imported only here."""
+    if cfg.device.kind == "desktop":
+        from devices.desktop import DesktopDevice
+
+        return DesktopDevice(cfg.desktop, cfg.settle)
+    if cfg.device.kind == "android":
+        from devices.android import AndroidDevice
+
+        return AndroidDevice(cfg.android, cfg.settle)
+    from devices.web import PlaywrightDevice
+
+    return PlaywrightDevice(cfg.web, cfg.settle, url=url)
+
+
 def _execute(cfg: Any, plan: _Plan) -> int:
     from agent.loop import LoopOptions, run_episode
     from agent.summary import print_step, print_summary
-    from devices.web import PlaywrightDevice
     from envs.records import Outcome
 
     console = _console()
@@ -327,7 +367,7 @@ def _execute(cfg: Any, plan: _Plan) -> int:
         policy=plan.policy.describe(),
         dry_run=cfg.agent.dry_run,
     )
-    device = PlaywrightDevice(cfg.web, cfg.settle, url=plan.url)
+    device = _build_device(cfg, plan.url)
     options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
     console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
     interrupted = False
@@ -425,6 +465,47 @@ def _cmd_parse(args: argparse.Namespace) -> int:
         table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
                       model or "-", norm or "-", px or "-", json.dumps(details, ensure_ascii=False) if details else "")
     console.print(table)
+    return EXIT_OK
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    """Monitors of the X display, phones on the adb server, and the browser the web device would use."""
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from devices.browser import find_browser
+    from devices.errors import DeviceError
+
+    config_path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    try:
+        cfg = load_config(config_path, list(args.overrides))
+    except AgentError as e:
+        return _error(str(e))
+    console = _console()
+    console.print("[bold]desktop[/] (--device desktop, desktop.monitor = N)")
+    try:
+        from devices.desktop import list_monitors
+
+        for m in list_monitors(cfg.desktop.display):
+            console.print(f"  monitor {m.index}: {m.width}x{m.height} at ({m.left}, {m.top})")
+    except (DeviceError, ImportError) as e:
+        console.print(f"  none: {e}", soft_wrap=True)
+    console.print("[bold]android[/] (--device android:SERIAL)")
+    try:
+        from devices.android import list_devices
+
+        android = getattr(cfg, "android", None)
+        phones = list_devices(android.adb_host, android.adb_port) if android else list_devices()
+        for phone in phones:
+            console.print(f"  {phone}")
+        if not phones:
+            console.print("  none connected (adb devices is empty)")
+    except (DeviceError, ImportError) as e:
+        console.print(f"  none: {e}", soft_wrap=True)
+    console.print("[bold]web[/] (--device web)")
+    try:
+        console.print(f"  {find_browser(cfg.web.browser_path)}")
+    except DeviceError as e:
+        console.print(f"  none: {e}", soft_wrap=True)
     return EXIT_OK
 
 

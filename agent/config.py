@@ -18,10 +18,11 @@ from typing import Any
 
 from agent.errors import ConfigError
 from devices.settle import SettleConfig
+from devices.desktop import DesktopConfig
 from devices.web import WebConfig
 from policy.ocr import OcrConfig
 
-DEVICE_KINDS = ("web",)
+DEVICE_KINDS = ("web", "desktop", "android")
 POLICY_KINDS = ("ocr", "scripted", "transformers", "openai")
 
 
@@ -44,7 +45,7 @@ class AgentConfig:
 @dataclass(frozen=True, slots=True)
 class DeviceConfig:
     kind: str = "web"
-    """Which device to drive: web (more arrive with the desktop and Android drivers)."""
+    """Which device to drive: web (a Chromium page), desktop (the X11 screen) or android (a phone over adb)."""
     url: str = ""
     """Start page of the web device; empty = the built-in demo page with its own task checker."""
 
@@ -161,6 +162,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    desktop: DesktopConfig = field(default_factory=DesktopConfig)
     settle: SettleConfig = field(default_factory=SettleConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
@@ -304,7 +306,7 @@ def field_docs(cls: type) -> dict[str, str]:
     for node, nxt in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-                docs[node.target.id] = nxt.value.value.strip()
+                docs[node.target.id] = " ".join(nxt.value.value.split())  # one line, for config.toml
     return docs
 
 
@@ -312,6 +314,7 @@ SECTION_DOCS = {
     "agent": "The loop: step budget, retries, dry run.",
     "device": "Which device to drive and where it starts.",
     "web": "The web device (Chromium through Playwright).",
+    "desktop": "The desktop device (mss capture, pyautogui / xdotool input; X11).",
     "settle": "Waiting for the screen to stop changing after each action (instead of fixed sleeps).",
     "policy": "Who decides the next action.",
     "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",
