@@ -493,3 +493,29 @@ def test_failsafe_stops_only_for_a_person(app, xvfb):
 def test_calls_before_start_are_errors():
     with pytest.raises(DeviceError, match="not started"):
         asyncio.run(DesktopDevice().observe())
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+def test_agent_run_and_devices_on_the_desktop(app, xvfb, tmp_path):
+    """`agent run --device desktop` with a scripted click on the blue widget, on the private display."""
+    script = tmp_path / "s.json"
+    p = centre(140, 20, 100, 60)
+    script.write_text(json.dumps([{"kind": "click", "point": [p.x, p.y]}, {"kind": "finish", "text": "done"}]))
+    env = {**os.environ, "DISPLAY": xvfb, "COLUMNS": "200"}
+    repo = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "agent", "run", "click the blue square", "--device", "desktop",
+                        "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs")],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "CLAIMED" in r.stdout
+    app.wait_for(lambda e: e["ev"] == "press" and e.get("w") == "blue", what="the click on blue")
+    from envs.trajectory import iter_episodes
+
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (episode,) = iter_episodes(run_dir)
+    assert episode.record.device["kind"] == "desktop"
+    assert episode.steps[0].frame_size == (SW, SH) and episode.steps[0].executed
+    r = subprocess.run([sys.executable, "-m", "agent", "devices"], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and f"monitor 1: {SW}x{SH} at (0, 0)" in r.stdout, r.stdout
