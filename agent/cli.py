@@ -493,8 +493,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     try:
         from devices.android import list_devices
 
-        android = getattr(cfg, "android", None)
-        phones = list_devices(android.adb_host, android.adb_port) if android else list_devices()
+        phones = list_devices(cfg.android.adb_host, cfg.android.adb_port)
         for phone in phones:
             console.print(f"  {phone}")
         if not phones:

@@ -18,6 +18,7 @@ from typing import Any
 
 from agent.errors import ConfigError
 from devices.settle import SettleConfig
+from devices.android import AndroidConfig
 from devices.desktop import DesktopConfig
 from devices.web import WebConfig
 from policy.ocr import OcrConfig
@@ -163,6 +164,7 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     web: WebConfig = field(default_factory=WebConfig)
     desktop: DesktopConfig = field(default_factory=DesktopConfig)
+    android: AndroidConfig = field(default_factory=AndroidConfig)
     settle: SettleConfig = field(default_factory=SettleConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
@@ -204,13 +206,18 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if isinstance(value, str):
             return value
     elif origin is tuple and typing.get_args(hint)[0] is not str:
-        # a list of number lists, such as guard.forbidden_regions
-        if isinstance(value, (list, tuple)) and all(
-            isinstance(row, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+        # a list of lists: numbers (guard.forbidden_regions) or string pairs (android.app_aliases)
+        inner = typing.get_args(typing.get_args(hint)[0])
+        strings = bool(inner) and inner[0] is str
+        ok = isinstance(value, (list, tuple)) and all(
+            isinstance(row, (list, tuple)) and all(
+                isinstance(v, str) if strings else (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in row)
             for row in value
-        ):
-            return tuple(tuple(float(v) for v in row) for row in value)
-        raise ConfigError(f"{where} must be a list of number lists like [[0.9, 0.0, 1.0, 0.05]], got {value!r}")
+        )
+        if ok:
+            return tuple(tuple(v if strings else float(v) for v in row) for row in value)
+        example = '[["settings", "com.android.settings"]]' if strings else "[[0.9, 0.0, 1.0, 0.05]]"
+        raise ConfigError(f"{where} must be a list of lists like {example}, got {value!r}")
     elif origin is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
@@ -315,6 +322,7 @@ SECTION_DOCS = {
     "device": "Which device to drive and where it starts.",
     "web": "The web device (Chromium through Playwright).",
     "desktop": "The desktop device (mss capture, pyautogui / xdotool input; X11).",
+    "android": "The Android device: a phone over the adb server (adbutils).",
     "settle": "Waiting for the screen to stop changing after each action (instead of fixed sleeps).",
     "policy": "Who decides the next action.",
     "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",

@@ -1,0 +1,693 @@
+"""Test infrastructure: a fake Android device daemon (adbd) with a simulated phone screen.
+
+NOT part of handeye and never needed by users. It exists because no phone, emulator or Android
+image can run on the CI machines (shared/research/platform.md, section 3), yet the Android driver
+must be tested through the real adb server and adbutils, byte for byte as it talks to a phone.
+
+``FakeAdbd`` listens on a TCP port and speaks the adbd side of the ADB wire protocol: 24-byte
+message headers (command, arg0, arg1, payload length, payload checksum, magic), CNXN (AUTH
+only to refuse, see ``authorized``), and streams opened by OPEN and driven by OKAY / WRTE / CLSE,
+one WRTE in flight per stream. A real adb server adopts it with ``adb connect 127.0.0.1:PORT``.
+Services: ``shell:CMD`` and ``exec:CMD`` (both run CMD through a small shell: ``;``-separated commands, quotes, ``$?``); anything else is
+closed, as adbd closes services it does not know. The ``shell_v2`` feature is not announced, so
+adbutils' ``shell2`` falls back to ``CMD; echo X4EXIT:$?``.
+
+``FakePhone`` is the simulated phone, drawn with numpy/OpenCV at its current logical display size
+(the override size when one is set, axes swapped for rotation 1 and 3). Screens: ``home`` (buttons
+``notes``, ``list``, ``counter``), ``notes`` (a text field), ``list`` (40 rows that scroll),
+``settings`` and ``browser``. Commands it answers like a phone:
+
+- ``screencap`` (raw: 12-byte header before SDK 28, 16-byte with the colour space after; format 1 =
+  RGBA_8888) and ``screencap -p`` (PNG)
+- ``wm size`` / ``wm density`` (with "Override" lines when set), ``dumpsys display`` (DisplayInfo
+  ``rotation N`` and ``mCurrentOrientation=N`` lines), ``getprop [NAME]``
+- ``input tap|swipe|keyevent|text|keycombination`` (change the screen, logged in ``events``)
+- ``uiautomator dump [FILE]`` and ``cat FILE``; ``am start -n`` / ``am start -a ...VIEW -d URL``,
+  ``monkey -p PKG``, ``pm list packages``, ``am force-stop``
+- ADBKeyboard: ``am broadcast -a ADB_INPUT_B64 --es msg B64`` (types only while its IME is the
+  current one and a field is focused), ``ime list [-a] -s``, ``ime enable|set``,
+  ``settings get|put secure default_input_method``
+- optional AUTH refusal (``authorized=False``): the adb server lists the phone as "unauthorized"
+- ``echo``, ``true``; anything else answers ``/system/bin/sh: X: inaccessible or not found``, 127
+
+State for tests: ``phone.events`` (what the user "did"), ``phone.commands`` (every shell command),
+``phone.screen``, ``phone.text`` (the notes field), ``phone.current_ime``, ``phone.frame()`` (the RGB
+frame screencap would return now). ``FakeAdbd.stop()`` drops every connection (a phone unplugged).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shlex
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+
+A_CNXN, A_OPEN, A_OKAY, A_CLSE, A_WRTE, A_AUTH = (
+    int.from_bytes(name, "little") for name in (b"CNXN", b"OPEN", b"OKAY", b"CLSE", b"WRTE", b"AUTH")
+)
+VERSION_SKIP_CHECKSUM = 0x01000001
+MAX_PAYLOAD = 256 * 1024
+ADBKEYBOARD_IME = "com.android.adbkeyboard/.AdbIME"
+LATIN_IME = "com.google.android.inputmethod.latin/com.android.inputmethod.latin.LatinIME"
+PACKAGES = {
+    "com.example.notes": "notes",
+    "com.example.list": "list",
+    "com.android.settings": "settings",
+    "com.android.chrome": "browser",
+    "com.example.launcher": "home",
+}
+KEYCODES = {
+    "3": "HOME", "4": "BACK", "61": "TAB", "62": "SPACE", "66": "ENTER", "67": "DEL", "111": "ESCAPE",
+    "112": "FORWARD_DEL", "122": "MOVE_HOME", "123": "MOVE_END",
+}
+LIST_ROWS = 40
+
+
+@dataclass
+class Node:
+    """One view of the simulated UI, in display pixels: what uiautomator dumps and taps hit."""
+
+    id: str
+    box: tuple[int, int, int, int]
+    text: str = ""
+    desc: str = ""
+    cls: str = "android.widget.Button"
+    clickable: bool = True
+    color: tuple[int, int, int] = (200, 200, 200)
+    password: bool = False
+
+
+@dataclass
+class FakePhone:
+    """The simulated phone's state; every field can be changed by a test between calls."""
+
+    physical: tuple[int, int] = (1080, 2400)
+    override: tuple[int, int] | None = None
+    density: int = 420
+    density_override: int | None = None
+    rotation: int = 0
+    sdk: int = 34
+    model: str = "FakePhone"
+    adbkeyboard: bool = True
+    current_ime: str = LATIN_IME
+    screen_on: bool = True
+    authorized: bool = True
+    """When False, the phone asks the adb server for AUTH and never accepts it (state "unauthorized")."""
+    wm_physical_report: tuple[int, int] | None = None
+    """When set, ``wm size`` reports this physical size instead of the real one (a lying device)."""
+    truncate_raw: bool = False
+    """When set, raw screencap output is cut short (a broken pipe)."""
+    screen: str = "home"
+    text: str = ""
+    focused: bool = False
+    counter: int = 0
+    list_offset: int = 0
+    selected: str = ""
+    url: str = ""
+    back_stack: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    # -- geometry -----------------------------------------------------------------------------
+    @property
+    def display_size(self) -> tuple[int, int]:
+        """The current logical display size: override or physical, swapped for rotation 1 and 3."""
+        w, h = self.override or self.physical
+        return (h, w) if self.rotation % 2 else (w, h)
+
+    # -- the UI -------------------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        w, h = self.display_size
+
+        def box(x1: float, y1: float, x2: float, y2: float) -> tuple[int, int, int, int]:
+            return round(x1 * w), round(y1 * h), round(x2 * w), round(y2 * h)
+
+        if self.screen == "home":
+            return [
+                Node("notes", box(0.1, 0.15, 0.9, 0.25), "Notes", "Open notes", color=(66, 133, 244)),
+                Node("list", box(0.1, 0.30, 0.9, 0.40), "List", "Open list", color=(52, 168, 83)),
+                Node("counter", box(0.1, 0.45, 0.9, 0.55), f"Count {self.counter}", color=(251, 188, 5)),
+                Node("corner", box(0.95, 0.95, 1.0, 1.0), "", "corner", color=(234, 67, 53)),
+            ]
+        if self.screen == "notes":
+            shown = self.text.replace("\n", " ")
+            return [
+                Node("field", box(0.05, 0.15, 0.95, 0.23), shown, "Note", "android.widget.EditText",
+                     color=(255, 255, 200) if self.focused else (235, 235, 235)),
+                Node("save", box(0.6, 0.3, 0.95, 0.38), "Save", color=(66, 133, 244)),
+            ]
+        if self.screen == "list":
+            rows = []
+            row_h = h // 10
+            for i in range(LIST_ROWS):
+                top = round(0.1 * h) + i * row_h - self.list_offset
+                if top + row_h <= round(0.1 * h) or top >= h:
+                    continue
+                shade = 250 if i % 2 == 0 else 225
+                rows.append(Node(f"row{i}", (0, max(top, round(0.1 * h)), w, min(top + row_h, h)), f"Item {i}",
+                                 cls="android.widget.TextView", color=(shade, shade, 255 if i == 0 else shade)))
+            return rows
+        if self.screen == "settings":
+            return [Node("wifi", box(0.05, 0.15, 0.95, 0.22), "Wi-Fi", cls="android.widget.TextView")]
+        if self.screen == "browser":
+            return [Node("urlbar", box(0.02, 0.05, 0.98, 0.1), self.url, cls="android.widget.EditText")]
+        return []
+
+    def frame(self) -> np.ndarray:
+        """The RGB frame ``screencap`` returns now (H x W x 3, uint8)."""
+        w, h = self.display_size
+        img = np.zeros((h, w, 3), np.uint8)
+        if not self.screen_on:
+            return img
+        img[:] = (250, 250, 250)
+        img[: round(0.04 * h)] = (30, 30, 30)  # status bar
+        scale = max(0.4, min(w, h) / 600)
+        title = {"home": "Home", "notes": "Notes", "list": "List", "settings": "Settings", "browser": "Browser"}
+        cv2.putText(img, title.get(self.screen, self.screen), (round(0.05 * w), round(0.09 * h)),
+                    cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), max(1, round(scale * 2)))
+        for node in self.nodes():
+            x1, y1, x2, y2 = node.box
+            cv2.rectangle(img, (x1, y1), (x2 - 1, y2 - 1), node.color, -1)
+            label = "".join(c if 32 <= ord(c) < 127 else "?" for c in node.text)[:40]
+            if label:
+                cv2.putText(img, label, (x1 + 10, (y1 + y2) // 2 + 10), cv2.FONT_HERSHEY_SIMPLEX, scale * 0.8,
+                            (0, 0, 0), max(1, round(scale * 1.5)))
+        return img
+
+    def hit(self, x: float, y: float) -> Node | None:
+        for node in self.nodes():
+            x1, y1, x2, y2 = node.box
+            if x1 <= x < x2 and y1 <= y < y2:
+                return node
+        return None
+
+    def go(self, screen: str) -> None:
+        if screen != self.screen:
+            self.back_stack.append(self.screen)
+            self.screen = screen
+        self.focused = False
+
+    def tap(self, x: float, y: float) -> None:
+        node = self.hit(x, y)
+        self.events.append({"kind": "tap", "x": x, "y": y, "target": node.id if node else None})
+        if node is None:
+            return
+        if node.id in ("notes", "list"):
+            self.go(node.id)
+        elif node.id == "counter":
+            self.counter += 1
+        elif node.id == "field":
+            self.focused = True
+        elif node.id.startswith("row"):
+            self.selected = node.id
+
+    def swipe(self, x1: float, y1: float, x2: float, y2: float, duration_ms: int) -> None:
+        if abs(x2 - x1) < 10 and abs(y2 - y1) < 10 and duration_ms >= 500:
+            node = self.hit(x1, y1)
+            self.events.append({"kind": "long_press", "x": x1, "y": y1, "duration_ms": duration_ms,
+                                "target": node.id if node else None})
+            if node is not None and node.id.startswith("row"):
+                self.selected = "long:" + node.id
+            return
+        self.events.append({"kind": "swipe", "x1": x1, "y1": y1, "x2": x2, "y2": y2, "duration_ms": duration_ms})
+        if self.screen == "list":
+            w, h = self.display_size
+            most = max(0, round(0.1 * h) + LIST_ROWS * (h // 10) - h)
+            self.list_offset = int(min(most, max(0, self.list_offset + (y1 - y2))))
+
+    def key(self, code: str) -> None:
+        name = KEYCODES.get(code, code.removeprefix("KEYCODE_"))
+        self.events.append({"kind": "key", "key": name})
+        if name in ("BACK", "ESCAPE"):
+            if self.focused:
+                self.focused = False
+            elif self.back_stack:
+                self.screen = self.back_stack.pop()
+        elif name == "HOME":
+            self.go("home")
+            self.back_stack.clear()
+        elif name == "WAKEUP":
+            self.screen_on = True
+        elif self.focused and name == "DEL":
+            self.text = self.text[:-1]
+        elif self.focused and name == "ENTER":
+            self.text += "\n"
+        elif self.focused and name == "TAB":
+            self.text += "\t"
+        elif self.focused and name == "SPACE":
+            self.text += " "
+
+    def dump_xml(self) -> bytes:
+        w, h = self.display_size
+        attrs = (
+            'index="{i}" text="{text}" resource-id="{rid}" class="{cls}" package="{pkg}" content-desc="{desc}" '
+            'checkable="false" checked="false" clickable="{click}" enabled="true" focusable="{click}" '
+            'focused="false" scrollable="false" long-clickable="false" password="{pw}" selected="false" '
+            'bounds="[{x1},{y1}][{x2},{y2}]"'
+        )
+        esc = lambda s: (s.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")  # noqa: E731
+                         .replace(">", "&gt;"))
+        pkg = {v: k for k, v in PACKAGES.items()}.get(self.screen, "com.example.launcher")
+        inner = "".join(
+            f"<node {attrs.format(i=i, text=esc(n.text), rid=pkg + ':id/' + n.id, cls=n.cls, pkg=pkg, desc=esc(n.desc), click=str(n.clickable).lower(), pw=str(n.password).lower(), x1=n.box[0], y1=n.box[1], x2=n.box[2], y2=n.box[3])} />"  # noqa: E501
+            for i, n in enumerate(self.nodes())
+        )
+        root = attrs.format(i=0, text="", rid="", cls="android.widget.FrameLayout", pkg=pkg, desc="",
+                            click="false", pw="false", x1=0, y1=0, x2=w, y2=h)
+        xml = (f"<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"{self.rotation}\">"
+               f"<node {root}>{inner}</node></hierarchy>")
+        return xml.encode("utf-8")
+
+    # -- the shell ----------------------------------------------------------------------------
+    def run_shell(self, line: str) -> bytes:
+        """Run a command line as ``sh -c`` would (enough of it for the driver): output bytes."""
+        out = io.BytesIO()
+        rc = 0
+        with self.lock:
+            self.commands.append(line)
+            for segment in _split_segments(line):
+                segment = _expand_status(segment, rc)
+                try:
+                    argv = shlex.split(segment)
+                except ValueError:
+                    out.write(b"/system/bin/sh: syntax error: unterminated quoted string\n")
+                    rc = 1
+                    continue
+                if not argv:
+                    continue
+                data, rc = self.command(argv)
+                out.write(data)
+        return out.getvalue()
+
+    def command(self, argv: list[str]) -> tuple[bytes, int]:
+        name, args = argv[0], argv[1:]
+        handler = getattr(self, "_cmd_" + name.replace("-", "_"), None)
+        if handler is None:
+            return f"/system/bin/sh: {name}: inaccessible or not found\n".encode(), 127
+        result = handler(args)
+        if isinstance(result, tuple):
+            return result
+        return (result.encode() if isinstance(result, str) else result), 0
+
+    def _cmd_echo(self, args: list[str]) -> str:
+        return " ".join(args) + "\n"
+
+    def _cmd_true(self, args: list[str]) -> str:
+        return ""
+
+    def _cmd_getprop(self, args: list[str]) -> str:
+        props = {
+            "ro.build.version.sdk": str(self.sdk),
+            "ro.build.version.release": str(max(4, self.sdk - 20)),
+            "ro.product.model": self.model,
+            "ro.product.manufacturer": "Handeye",
+            "ro.serialno": "FAKE0001",
+        }
+        if args:
+            return props.get(args[0], "") + "\n"
+        return "".join(f"[{k}]: [{v}]\n" for k, v in props.items())
+
+    def _cmd_screencap(self, args: list[str]) -> bytes | tuple[bytes, int]:
+        png = "-p" in args
+        frame = self.frame()
+        rgba = np.dstack([frame, np.full(frame.shape[:2], 255, np.uint8)])
+        if png:
+            ok, buf = cv2.imencode(".png", cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
+            assert ok
+            return buf.tobytes()
+        h, w = frame.shape[:2]
+        header = struct.pack("<III", w, h, 1) + (struct.pack("<I", 1) if self.sdk >= 28 else b"")
+        data = header + rgba.tobytes()
+        if self.truncate_raw:
+            data = data[: len(data) // 2]
+        return data
+
+    def _cmd_wm(self, args: list[str]) -> str | tuple[bytes, int]:
+        if args[:1] == ["size"]:
+            if len(args) > 1:
+                w, _, h = args[1].partition("x")
+                self.override = None if args[1] == "reset" else (int(w), int(h))
+                return ""
+            pw, ph = self.wm_physical_report or self.physical
+            text = f"Physical size: {pw}x{ph}\n"
+            if self.override:
+                text += f"Override size: {self.override[0]}x{self.override[1]}\n"
+            return text
+        if args[:1] == ["density"]:
+            text = f"Physical density: {self.density}\n"
+            if self.density_override:
+                text += f"Override density: {self.density_override}\n"
+            return text
+        return b"usage: wm [size|density] ...\n", 255
+
+    def _cmd_dumpsys(self, args: list[str]) -> str:
+        if args[:1] != ["display"]:
+            return ""
+        pw, ph = self.physical
+        w, h = self.display_size
+        return (
+            "DISPLAY MANAGER (dumpsys display)\n"
+            f"  mOnlyCode=false\n  Display Devices: size=1\n"
+            f'  DisplayDeviceInfo{{"Built-in Screen": uniqueId="local:0", {pw} x {ph}, modeId 1, '
+            f"density {self.density}, rotation 0, type INTERNAL, state ON}}\n"
+            "  Logical Displays: size=1\n  Display 0:\n"
+            f'    mBaseDisplayInfo=DisplayInfo{{"Built-in Screen", displayId 0, real {pw} x {ph}, rotation 0}}\n'
+            f'    mOverrideDisplayInfo=DisplayInfo{{"Built-in Screen", displayId 0, real {w} x {h}, '
+            f"rotation {self.rotation}, density {self.density_override or self.density}}}\n"
+            f"  mViewports=[DisplayViewport{{type=INTERNAL, valid=true, displayId=0, orientation={self.rotation}, "
+            f"logicalFrame=Rect(0, 0 - {w}, {h}), deviceWidth={pw}, deviceHeight={ph}}}]\n"
+            f"  mCurrentOrientation={self.rotation}\n"
+        )
+
+    def _cmd_input(self, args: list[str]) -> tuple[bytes, int]:
+        if not args:
+            return b"Usage: input [<source>] <command> [<arg>...]\n", 1
+        sub, rest = args[0], args[1:]
+        try:
+            if sub == "tap":
+                self.tap(float(rest[0]), float(rest[1]))
+            elif sub == "swipe":
+                x1, y1, x2, y2 = (float(v) for v in rest[:4])
+                self.swipe(x1, y1, x2, y2, int(rest[4]) if len(rest) > 4 else 300)
+            elif sub == "keyevent":
+                for code in rest:
+                    if code != "--longpress":
+                        self.key(code)
+            elif sub == "keycombination":
+                self.events.append({"kind": "keycombination", "keys": [KEYCODES.get(c, c.removeprefix("KEYCODE_"))
+                                                                       for c in rest]})
+            elif sub == "text":
+                if len(rest) != 1:
+                    return b"Error: text takes one argument\n", 1
+                text = rest[0].replace("%s", " ")
+                if any(ord(c) > 126 for c in text):
+                    # what a phone does with characters its virtual key map lacks
+                    return b"Exception occurred while executing 'text':\njava.lang.IllegalArgumentException\n", 1
+                self.events.append({"kind": "text", "text": text})
+                if self.focused:
+                    self.text += text
+            else:
+                return f"Error: Unknown command: {sub}\n".encode(), 1
+        except (IndexError, ValueError):
+            return f"Error: bad arguments for input {sub}\n".encode(), 1
+        return b"", 0
+
+    def _cmd_uiautomator(self, args: list[str]) -> tuple[bytes, int]:
+        if args[:1] != ["dump"]:
+            return b"Usage: uiautomator dump [--compressed] [file]\n", 1
+        path = next((a for a in args[1:] if not a.startswith("-")), "/sdcard/window_dump.xml")
+        self.files[path] = self.dump_xml()
+        return f"UI hierchary dumped to: {path}\n".encode(), 0
+
+    def _cmd_cat(self, args: list[str]) -> tuple[bytes, int]:
+        if args and args[0] in self.files:
+            return self.files[args[0]], 0
+        return f"cat: {args[0] if args else ''}: No such file or directory\n".encode(), 1
+
+    def _cmd_rm(self, args: list[str]) -> str:
+        for a in args:
+            self.files.pop(a, None)
+        return ""
+
+    def _cmd_monkey(self, args: list[str]) -> tuple[bytes, int]:
+        pkg = args[args.index("-p") + 1] if "-p" in args else ""
+        if pkg not in PACKAGES:
+            return b"** No activities found to run, monkey aborted.\n", 251
+        self.events.append({"kind": "launch", "package": pkg})
+        self.go(PACKAGES[pkg])
+        return b"  bash arg: -p\n  bash arg: " + pkg.encode() + b"\nEvents injected: 1\n", 0
+
+    def _cmd_am(self, args: list[str]) -> tuple[bytes, int]:
+        if args[:1] == ["start"]:
+            if "-n" in args:
+                component = args[args.index("-n") + 1]
+                pkg = component.split("/")[0]
+                if pkg not in PACKAGES or component.split("/")[-1] not in (".MainActivity", pkg + ".MainActivity"):
+                    return (f"Starting: Intent {{ cmp={component} }}\nError type 3\nError: Activity class "
+                            f"{{{component}}} does not exist.\n").encode(), 0
+                self.events.append({"kind": "launch", "package": pkg, "component": component})
+                self.go(PACKAGES[pkg])
+                return f"Starting: Intent {{ cmp={component} }}\n".encode(), 0
+            if "-d" in args:
+                self.url = args[args.index("-d") + 1]
+                self.events.append({"kind": "view", "url": self.url})
+                self.go("browser")
+                return f"Starting: Intent {{ act=android.intent.action.VIEW dat={self.url} }}\n".encode(), 0
+            return b"Error: no intent\n", 1
+        if args[:1] == ["broadcast"]:
+            action = args[args.index("-a") + 1] if "-a" in args else ""
+            if action == "ADB_INPUT_B64" and self.adbkeyboard:
+                msg = args[args.index("--es") + 2] if "--es" in args else ""
+                text = base64.b64decode(msg).decode("utf-8")
+                typed = self.current_ime == ADBKEYBOARD_IME and self.focused
+                self.events.append({"kind": "broadcast", "text": text, "typed": typed})
+                if typed:
+                    self.text += text
+            return f"Broadcasting: Intent {{ act={action} flg=0x400000 }}\nBroadcast completed: result=0\n".encode(), 0
+        if args[:1] == ["force-stop"]:
+            return b"", 0
+        return b"Error: unknown am command\n", 1
+
+    def _cmd_pm(self, args: list[str]) -> tuple[bytes, int]:
+        if args[:2] != ["list", "packages"]:
+            return b"Error: unknown pm command\n", 1
+        filters = [a for a in args[2:] if not a.startswith("-")]
+        pkgs = sorted(set(PACKAGES) | ({"com.android.adbkeyboard"} if self.adbkeyboard else set()))
+        return "".join(f"package:{p}\n" for p in pkgs if not filters or filters[0] in p).encode(), 0
+
+    def _cmd_ime(self, args: list[str]) -> tuple[bytes, int]:
+        installed = [LATIN_IME] + ([ADBKEYBOARD_IME] if self.adbkeyboard else [])
+        if args[:1] == ["list"]:
+            return "".join(i + "\n" for i in installed).encode(), 0
+        if args[:1] in (["enable"], ["set"]) and len(args) > 1:
+            if args[1] not in installed:
+                return f"Unknown input method {args[1]} cannot be enabled for user #0\n".encode(), 0
+            if args[0] == "set":
+                self.current_ime = args[1]
+                self.events.append({"kind": "ime", "ime": args[1]})
+                return f"Input method {args[1]} selected for user #0\n".encode(), 0
+            return f"Input method {args[1]}: already enabled for user #0\n".encode(), 0
+        return b"Error: unknown ime command\n", 1
+
+    def _cmd_settings(self, args: list[str]) -> tuple[bytes, int]:
+        if args[:3] == ["get", "secure", "default_input_method"]:
+            return (self.current_ime + "\n").encode(), 0
+        if args[:3] == ["put", "secure", "default_input_method"] and len(args) > 3:
+            self.current_ime = args[3]
+            return b"", 0
+        return b"null\n", 0
+
+
+def _split_segments(line: str) -> list[str]:
+    """Split a command line at ``;`` outside quotes."""
+    out, cur, quote = [], [], ""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\" and quote == '"' and i + 1 < len(line):
+                cur.append(line[i : i + 2])
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "\\" and i + 1 < len(line):
+            cur.append(line[i : i + 2])
+            i += 2
+            continue
+        elif c == ";":
+            out.append("".join(cur))
+            cur = []
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return out
+
+
+def _expand_status(segment: str, rc: int) -> str:
+    """Replace ``$?`` outside single quotes with the last exit status."""
+    return re.sub(r"\$\?(?=(?:[^']*'[^']*')*[^']*$)", str(rc), segment)
+
+
+class FakeAdbd:
+    """A TCP server speaking the adbd side of the ADB protocol for one ``FakePhone``.
+
+    Use: ``with FakeAdbd(FakePhone()) as adbd: client.connect(adbd.address)``.
+    """
+
+    def __init__(self, phone: FakePhone | None = None, port: int = 0) -> None:
+        self.phone = phone or FakePhone()
+        self._port = port
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self._port}"
+
+    def __enter__(self) -> FakeAdbd:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self._port))
+        s.listen(8)
+        self._port = s.getsockname()[1]
+        self._listener = s
+        t = threading.Thread(target=self._accept, args=(s,), daemon=True, name="fake-adbd-accept")
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        """Close the listener and every connection, as if the phone were unplugged."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        for t in self._threads:
+            t.join(timeout=2)
+        self._threads = []
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._listener is None:
+                    conn.close()
+                    return
+                self._conns.append(conn)
+            threading.Thread(target=_Connection(conn, self.phone).serve, daemon=True, name="fake-adbd").start()
+
+
+class _Connection:
+    """One transport (the adb server's connection): streams multiplexed over one socket."""
+
+    def __init__(self, sock: socket.socket, phone: FakePhone) -> None:
+        self.sock = sock
+        self.phone = phone
+        self.send_lock = threading.Lock()
+        self.max_payload = 4096
+        self.checksum = True
+        self.next_id = 1
+        self.acks: dict[int, threading.Semaphore] = {}
+        self.closed: set[int] = set()
+
+    def send(self, cmd: int, arg0: int, arg1: int, data: bytes = b"") -> None:
+        check = 0
+        if self.checksum and data:
+            check = int(np.frombuffer(data, np.uint8).sum(dtype=np.uint64)) & 0xFFFFFFFF
+        header = struct.pack("<6I", cmd, arg0, arg1, len(data), check, cmd ^ 0xFFFFFFFF)
+        with self.send_lock:
+            self.sock.sendall(header + data)
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return bytes(buf)
+
+    def serve(self) -> None:
+        try:
+            while True:
+                cmd, arg0, arg1, length, _check, _magic = struct.unpack("<6I", self.recv_exact(24))
+                data = self.recv_exact(length) if length else b""
+                if cmd == A_CNXN:
+                    self.max_payload = min(arg1, MAX_PAYLOAD)
+                    self.checksum = arg0 < VERSION_SKIP_CHECKSUM
+                    banner = f"device::ro.product.name=fake;ro.product.model={self.phone.model};ro.product.device=fake;features=cmd"  # noqa: E501
+                    if self.phone.authorized:
+                        self.send(A_CNXN, min(arg0, VERSION_SKIP_CHECKSUM), self.max_payload, banner.encode())
+                    else:
+                        self.send(A_AUTH, 1, 0, bytes(range(20)))  # a token to sign
+                elif cmd == A_AUTH:
+                    if arg0 == 2:  # a signature: refuse it by asking again, as adbd does for unknown keys
+                        self.send(A_AUTH, 1, 0, bytes(range(1, 21)))
+                    # arg0 == 3 is the host's public key: the phone now shows its prompt, which nobody accepts
+                elif cmd == A_OPEN:
+                    local = self.next_id
+                    self.next_id += 1
+                    service = data.rstrip(b"\0").decode("utf-8", "replace")
+                    self.acks[local] = threading.Semaphore(0)
+                    threading.Thread(target=self.run_stream, args=(local, arg0, service), daemon=True).start()
+                elif cmd == A_OKAY:
+                    sem = self.acks.get(arg1)
+                    if sem is not None:
+                        sem.release()
+                elif cmd == A_WRTE:
+                    self.send(A_OKAY, arg1, arg0)  # stdin is accepted and ignored
+                elif cmd == A_CLSE:
+                    self.closed.add(arg1)
+                    sem = self.acks.pop(arg1, None)
+                    if sem is not None:
+                        sem.release()
+        except (OSError, ConnectionError, struct.error):
+            pass
+        finally:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def run_stream(self, local: int, remote: int, service: str) -> None:
+        try:
+            kind, _, command = service.partition(":")
+            if kind not in ("shell", "exec") or not command:
+                self.send(A_CLSE, 0, remote)  # a service adbd does not offer: refused
+                return
+            self.send(A_OKAY, local, remote)
+            output = self.phone.run_shell(command)
+            sem = self.acks[local]
+            for start in range(0, len(output), self.max_payload):
+                if local in self.closed:
+                    return
+                self.send(A_WRTE, local, remote, output[start : start + self.max_payload])
+                if not sem.acquire(timeout=10) or local in self.closed:
+                    return
+            self.send(A_CLSE, local, remote)
+        except OSError:
+            pass
+        finally:
+            self.acks.pop(local, None)
