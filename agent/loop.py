@@ -19,7 +19,7 @@ from agent.guard import AllowAll, Guard, GuardDecision, Verdict
 from agent.secrets import MASK, PLACEHOLDER, Secrets
 from devices.actions import Action, ActionKind, TERMINAL_KINDS
 from devices.base import ActionResult, Device, Observation
-from devices.errors import DeviceError
+from devices.errors import DeviceError, UnsupportedAction
 from envs.errors import EnvError
 from envs.records import EpisodeRecord, Outcome, StepRecord
 from envs.tasks import Verdict as TaskVerdict
@@ -203,6 +203,18 @@ async def run_episode(
 
             try:
                 result: ActionResult = await clock.timed("act", device.act(secrets.resolve(action)))
+            except UnsupportedAction as e:
+                # A valid action this device cannot do (a phone key on a desktop): the policy's
+                # mistake, recorded and told, like an unsupported kind; nothing happened on screen.
+                parse_failures += 1
+                error = {"type": type(e).__name__, "message": str(e)}
+                remember(HistoryEntry(action, decision.raw_output, executed=False, note=str(e), observation=obs))
+                await record(replace(base, ended_at=time.time(), guard=guard_info, error=error, latency=dict(clock.step)))
+                if parse_failures > opts.max_parse_retries:
+                    outcome = Outcome.ABORTED
+                    finish["reason"] = error
+                    break
+                continue
             except DeviceError as e:
                 error = {"type": type(e).__name__, "message": str(e)}
                 await record(replace(base, ended_at=time.time(), guard=guard_info, error=error, latency=dict(clock.step)))

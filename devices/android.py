@@ -135,6 +135,7 @@ KEYCODES: dict[str, str] = {
     "Alt": "KEYCODE_ALT_LEFT",
     "Meta": "KEYCODE_META_LEFT",
     "CapsLock": "KEYCODE_CAPS_LOCK",
+    "AppSwitch": "KEYCODE_APP_SWITCH",
     **{f"F{i}": f"KEYCODE_F{i}" for i in range(1, 13)},
 }
 _PUNCTUATION_KEYCODES = {
@@ -952,6 +953,9 @@ class AndroidDevice:
         target = self._aliases.get(name.strip().lower(), name.strip())
         package = target.split("/")[0]
         if not _PACKAGE_RE.match(package):
+            target = await self._package_for_label(name) or target
+            package = target.split("/")[0]
+        if not _PACKAGE_RE.match(package):
             known = ", ".join(sorted(self._aliases)) or "none"
             raise InvalidAction(
                 f"cannot open app {name!r}: give a package name (com.example.app), a component "
@@ -970,6 +974,21 @@ class AndroidDevice:
                     "activity (see `adb shell pm list packages`)"
                 )
         return f"opened {target}"
+
+
+    async def _package_for_label(self, label: str) -> str | None:
+        """The installed package a label names, matched against package-name segments ("Notes" ->
+        com.example.notes). Phones do not report app labels over adb without extra tools, so this is
+        a name match; an ambiguous label is an error listing the candidates."""
+        key = re.sub(r"[^a-z0-9]", "", label.lower())
+        if not key:
+            return None
+        out, rc = await self.shell_rc("pm list packages", "list packages", idempotent=True)
+        packages = [line.removeprefix("package:").strip() for line in out.splitlines() if line.startswith("package:")]
+        hits = [p for p in packages if key in (seg.lower() for seg in p.split("."))]
+        if len(hits) > 1:
+            raise InvalidAction(f"app {label!r} could be any of {', '.join(hits)}; give the package name")
+        return hits[0] if hits else None
 
 
 def _is_network_serial(serial: str) -> bool:

@@ -50,6 +50,7 @@ from devices.errors import (
     UnsupportedAction,
 )
 from devices.frames import small_gray
+from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 
 log = logging.getLogger(__name__)
@@ -697,6 +698,8 @@ class DesktopDevice:
             self._pg.write(text)
 
     def _keys(self, keys: tuple[str, ...], hotkey: bool) -> None:
+        if set(keys) & PHONE_ONLY_KEYS:
+            raise UnsupportedAction(f"the desktop device has no {'+'.join(keys)} key (it is a phone key)")
         from pyautogui import _pyautogui_x11 as x11
 
         names = [pyautogui_key(k) for k in keys]

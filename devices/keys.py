@@ -7,7 +7,7 @@ from devices.errors import InvalidAction
 _NAMED = [
     "Enter", "Tab", "Escape", "Backspace", "Delete", "Insert", "Home", "End", "PageUp", "PageDown",
     "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space",
-    "Control", "Shift", "Alt", "Meta", "CapsLock",
+    "Control", "Shift", "Alt", "Meta", "CapsLock", "AppSwitch",
     *[f"F{i}" for i in range(1, 13)],
 ]
 _ALIASES = {
@@ -17,7 +17,12 @@ _ALIASES = {
     "command": "Meta", "win": "Meta", "super": "Meta", "meta": "Meta", "option": "Alt", "opt": "Alt",
     "space": "Space", " ": "Space", "spacebar": "Space", "backspace": "Backspace", "enter": "Enter",
     "tab": "Tab", "escape": "Escape", "delete": "Delete", "shift": "Shift", "alt": "Alt",
+    "recent": "AppSwitch", "recents": "AppSwitch", "recent_apps": "AppSwitch", "app_switch": "AppSwitch",
+    "overview": "AppSwitch",
 }
+#: keys only phones have; a device without them raises UnsupportedAction instead of ignoring them
+PHONE_ONLY_KEYS = frozenset({"AppSwitch"})
+
 _BY_LOWER = {name.lower(): name for name in _NAMED} | _ALIASES
 
 

@@ -46,6 +46,7 @@ from devices.errors import (
     UnsupportedAction,
 )
 from devices.frames import decode, small_gray
+from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 
 log = logging.getLogger(__name__)
@@ -469,6 +470,8 @@ class PlaywrightDevice:
             raise UnsupportedAction(
                 f"the web device cannot {kind.value}; it supports {', '.join(sorted(k.value for k in WEB_ACTIONS))}"
             )
+        if set(action.keys) & PHONE_ONLY_KEYS:
+            raise UnsupportedAction(f"the web device has no {'+'.join(action.keys)} key (it is a phone key)")
         view = self._view or await self._read_view()
         page = self.page
         mouse, keyboard = page.mouse, page.keyboard

@@ -228,3 +228,11 @@ def test_cancellation_is_recorded_as_interrupted(tmp_path, page_url):
     episode = read_episode(writer.path)
     assert episode.record.outcome is Outcome.INTERRUPTED
     assert len(episode.steps) >= 3 and not episode.truncated_tail
+
+
+def test_a_key_the_device_lacks_is_recorded_and_the_episode_goes_on(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.KEY, keys=("recent",)), Action(ActionKind.CLICK, OK),
+                                                Action(ActionKind.FINISH)], checker=OK_TASK.check)
+    assert record.outcome is Outcome.SUCCESS
+    first = episode.steps[0]
+    assert not first.executed and first.error["type"] == "UnsupportedAction" and "phone key" in first.error["message"]

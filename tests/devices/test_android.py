@@ -437,6 +437,11 @@ def test_open_app_url_keys_back_and_home(adb_port):
             await device.act(Action("open_app", text="com.example.notes/.Missing"))
         with pytest.raises(InvalidAction, match="app_aliases"):
             await device.act(Action("open_app", text="My App"))
+        await device.act(Action("home"))
+        await device.act(Action("open_app", text="List"))  # no alias: found by the package name's segment
+        assert phone.screen == "list" and phone.events[-1] == {"kind": "launch", "package": "com.example.list"}
+        await device.act(Action("key", keys=("recent",)))  # the recent-apps key
+        assert phone.events[-1] == {"kind": "key", "key": "APP_SWITCH"}
         with pytest.raises(UnsupportedAction, match="double_click"):
             await device.act(Action("double_click", point=Point(0.5, 0.5)))
         with pytest.raises(InvalidAction):
@@ -452,6 +457,14 @@ def test_open_app_url_keys_back_and_home(adb_port):
             await device.act(Action("hotkey", keys=("ctrl", "a")))
 
     on_phone(adb_port, old, FakePhone(physical=(360, 800), sdk=30))
+
+
+def test_getevent_lists_the_touchscreen(adb_port):
+    async def scenario(device, phone):
+        out, rc = await device.shell_rc("getevent -lp", "list input devices")
+        assert rc == 0 and "ABS_MT_POSITION_X" in out and "max 359" in out and "max 799" in out
+
+    on_phone(adb_port, scenario)
 
 
 def test_ui_elements_from_uiautomator(adb_port):

@@ -65,7 +65,7 @@ PACKAGES = {
     "com.example.launcher": "home",
 }
 KEYCODES = {
-    "3": "HOME", "4": "BACK", "61": "TAB", "62": "SPACE", "66": "ENTER", "67": "DEL", "111": "ESCAPE",
+    "3": "HOME", "4": "BACK", "187": "APP_SWITCH", "61": "TAB", "62": "SPACE", "66": "ENTER", "67": "DEL", "111": "ESCAPE",
     "112": "FORWARD_DEL", "122": "MOVE_HOME", "123": "MOVE_END",
 }
 LIST_ROWS = 40
@@ -304,6 +304,24 @@ class FakePhone:
 
     def _cmd_true(self, args: list[str]) -> str:
         return ""
+
+    def _cmd_getevent(self, args: list[str]) -> tuple[bytes, int]:
+        # `getevent -p` / `-lp`: the input devices, in the layout real phones print (one touchscreen).
+        if not any(a in ("-p", "-lp", "-pl") for a in args):
+            return b"getevent: streaming events is not simulated; use -p\n", 1
+        w, h = self.physical
+        names = "-l" in args or "-lp" in args or "-pl" in args
+        x_axis, y_axis = ("ABS_MT_POSITION_X", "ABS_MT_POSITION_Y") if names else ("0035", "0036")
+        out = (
+            "add device 1: /dev/input/event2\n"
+            '  name:     "handeye_touchscreen"\n'
+            "  events:\n"
+            f"    ABS (0003): {x_axis}  : value 0, min 0, max {w - 1}, fuzz 0, flat 0, resolution 0\n"
+            f"                {y_axis}  : value 0, min 0, max {h - 1}, fuzz 0, flat 0, resolution 0\n"
+            "  input props:\n"
+            "    INPUT_PROP_DIRECT\n"
+        )
+        return out.encode(), 0
 
     def _cmd_getprop(self, args: list[str]) -> str:
         props = {
