@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a run folder (runs/<run_id>) or an episode folder")
 
     sub.add_parser("doctor", help="check the browser, fonts, OCR models and run folder")
+    envs = sub.add_parser("envs", help="list the registered environments (task suites with verifiable checks)")
+    envs.add_argument("--suite", help="only this suite (e.g. generated)")
     devices = sub.add_parser("devices", help="list the screens handeye can drive: monitors, phones, browsers")
     devices.add_argument("--config", help="config file (default: ./config.toml when present)")
     devices.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_parse(args)
     if args.command == "devices":
         return _cmd_devices(args)
+    if args.command == "envs":
+        return _cmd_envs(args)
     return _cmd_doctor(args)
 
 
@@ -465,6 +469,23 @@ def _cmd_parse(args: argparse.Namespace) -> int:
         table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
                       model or "-", norm or "-", px or "-", json.dumps(details, ensure_ascii=False) if details else "")
     console.print(table)
+    return EXIT_OK
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from envs.registry import all_specs
+
+    specs = all_specs(args.suite)
+    if not specs:
+        return _error(f"no environments in suite {args.suite!r}; `agent envs` lists every suite")
+    table = Table(box=None, header_style="bold")
+    for col in ("name", "suite", "description"):
+        table.add_column(col)
+    for s in specs:
+        table.add_row(s.name, s.suite, s.description)
+    _console().print(table)
     return EXIT_OK
 
 

@@ -152,3 +152,10 @@ def test_doctor_reports_each_component():
     for what in ("playwright", "browser", "CJK font", "OCR engine", "run folder"):
         assert what in r.stdout
     assert "missing" not in r.stdout
+
+
+def test_envs_lists_the_registry():
+    r = agent("envs")
+    assert r.returncode == 0 and "generated/click" in r.stdout and "generated/absent" in r.stdout
+    r = agent("envs", "--suite", "nope")
+    assert r.returncode == 2 and "no environments in suite 'nope'" in r.stdout

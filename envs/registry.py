@@ -1,0 +1,69 @@
+"""The environment registry: names -> factories, listed by `agent envs`."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envs.errors import EnvError
+
+
+class UnknownEnv(EnvError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    name: str
+    """Unique id, "<suite>/<task>", e.g. "generated/click-button" or "miniwob/click-test"."""
+    entry_point: str
+    """"module:callable" building the environment from keyword arguments."""
+    suite: str
+    description: str = ""
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def make(self, **overrides: Any) -> Any:
+        module, attr = self.entry_point.split(":")
+        factory: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+        return factory(**{**dict(self.kwargs), **overrides})
+
+
+REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(name: str, entry_point: str, suite: str, description: str = "", **kwargs: Any) -> None:
+    if name in REGISTRY:
+        raise EnvError(f"environment {name!r} is registered twice")
+    REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()))
+
+
+def spec(name: str) -> EnvSpec:
+    """The spec of a registered environment; unknown names suggest the closest."""
+    _load_suites()
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownEnv(f"no environment {name!r}{hint} (`agent envs` lists them)")
+    return REGISTRY[name]
+
+
+def make(name: str, **kwargs: Any) -> Any:
+    return spec(name).make(**kwargs)
+
+
+def all_specs(suite: str | None = None) -> list[EnvSpec]:
+    _load_suites()
+    return [s for s in REGISTRY.values() if suite is None or s.suite == suite]
+
+
+SUITE_MODULES = ("envs.generated",)
+"""Modules whose import registers a suite's environments."""
+
+
+def _load_suites() -> None:
+    for module in SUITE_MODULES:
+        importlib.import_module(module)
