@@ -1,0 +1,577 @@
+"""GUI grounding benchmarks: load ScreenSpot, ScreenSpot-v2 and ScreenSpot-Pro, score points, run a policy.
+
+    dataset = load_grounding("data/screenspot_v2/")            # GroundingDataset(samples, report)
+    report = await evaluate_grounding(dataset.samples, policy, rejected=dataset.report.rejected)
+    report.accuracy, report.any_accuracy, report.breakdown("platform/element_type")
+
+Formats, as published (field aliases in ``_ALIASES``):
+
+- ScreenSpot (SeeClick) and ScreenSpot-v2 (OS-Atlas): one JSON list per split
+  (``screenspot_mobile.json``, ``screenspot_desktop_v2.json``...), records
+  ``{img_filename, bbox: [x, y, w, h] image pixels, instruction, data_type: text|icon,
+  data_source: ios|android|windows|macos|shop|forum|tool|gitlab...}``. Images sit next to the
+  JSON or in ``screenspot_imgs/`` (v1) / ``screenspotv2_image/`` (v2). ``platform`` is the split
+  (mobile / desktop / web: the official table's columns), ``application`` the data source.
+- ScreenSpot-Pro: ``annotations/<application>_<platform>.json`` with records
+  ``{img_filename, bbox: [x1, y1, x2, y2] image pixels, img_size: [w, h], instruction,
+  instruction_cn, application, platform, ui_type: text|icon, group, gt_type: positive|negative}``;
+  images under ``images/``.
+
+Boxes become normalized frame boxes exactly as the official scripts normalise them (x / W with the
+xywh corners summed in pixels first), so a point on a box edge compares equal to the edge.
+
+Scoring (``point_in_box``): SeeClick's ScreenSpot script and ScreenSpot-Pro's
+``eval_screenspot_pro.py`` both count a point as a hit when ``x1 <= x <= x2 and y1 <= y <= y2``
+(edges inside, normalized coordinates); ScreenSpot-v2 reuses SeeClick's script. GUI-R1's
+evaluator uses the strict form (``x1 < x < x2``); ``strict=True`` reproduces it. A negative sample
+(Pro's ``gt_type: negative``: the target is not on screen) is correct when the model declares the
+target absent: a parsed action without a point (``infeasible``). An output that did not parse is
+``wrong_format``: a miss on every sample, positive or negative, as in the official scripts.
+
+Bad input never stops a load: each rejected record is listed in the LoadReport with its file,
+index, kind and reason; only a dataset path that does not exist (or holds no JSON) is an EnvError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+import cv2
+import numpy as np
+
+from devices.base import Box, Observation
+from envs.errors import EnvError
+from policy.base import Decision, Policy
+from policy.errors import PolicyParseError
+
+logger = logging.getLogger(__name__)
+
+
+class DatasetFormat(str, Enum):
+    SCREENSPOT = "screenspot"
+    SCREENSPOT_V2 = "screenspot-v2"
+    SCREENSPOT_PRO = "screenspot-pro"
+
+
+class RejectKind(str, Enum):
+    """Why a record was left out of a load."""
+
+    MALFORMED = "malformed"
+    """Not an object, a required field missing or of the wrong type, a degenerate box."""
+    UNSAFE_PATH = "unsafe_path"
+    """The image path is absolute or climbs out of the image folder (``..``, a symlink out)."""
+    MISSING_IMAGE = "missing_image"
+    UNREADABLE_IMAGE = "unreadable_image"
+    SIZE_MISMATCH = "size_mismatch"
+    """The record's ``img_size`` is not the image's size, so its box would be normalized wrongly."""
+    BOX_OUTSIDE = "box_outside"
+    """The box reaches past the image's edges."""
+    BAD_FILE = "bad_file"
+    """The whole JSON file is unreadable or not a list (index -1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingSample:
+    """One instruction on one screenshot. ``box`` is the target as a normalized frame box; it is None
+    only for negative samples (the target is not on the screen)."""
+
+    id: str
+    image_path: Path
+    image_size: tuple[int, int]
+    """(W, H) in pixels."""
+    instruction: str
+    box: Box | None
+    platform: str
+    application: str
+    element_type: str
+    """"text" or "icon" in both datasets."""
+    negative: bool = False
+    source: str = ""
+    """The dataset format: screenspot, screenspot-v2 or screenspot-pro."""
+    group: str = ""
+    """ScreenSpot-Pro's application group (Dev, Creative, CAD, Scientific, Office, OS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRecord:
+    file: Path
+    index: int
+    """Position of the record in the file's list; -1 for the whole file."""
+    kind: RejectKind
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}" if self.index < 0 else f"{self.file}[{self.index}]"
+        return f"{where}: {self.kind.value}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    files: tuple[Path, ...]
+    loaded: int
+    rejected: tuple[RejectedRecord, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """Rejected records per RejectKind value."""
+        return dict(Counter(r.kind.value for r in self.rejected))
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingDataset:
+    samples: tuple[GroundingSample, ...]
+    report: LoadReport
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+_ALIASES = {
+    "image": ("img_filename", "image_path", "img_path", "file_name", "image"),
+    "instruction": ("instruction", "question", "query"),
+    "element_type": ("data_type", "ui_type", "element_type"),
+    "gt_type": ("gt_type", "ground_truth"),
+}
+#: folders, relative to the JSON file's folder, where the published layouts keep the images
+_IMAGE_DIRS = (".", "images", "screenspot_imgs", "screenspotv2_image", "screenspot_v2_imgs", "imgs",
+               "../images", "../screenspot_imgs", "../screenspotv2_image")
+_SPLITS = ("mobile", "desktop", "web")
+_SOURCE_PLATFORM = {"ios": "mobile", "android": "mobile", "windows": "desktop", "macos": "desktop",
+                    "mac": "desktop", "linux": "desktop"}
+
+
+class _Reject(Exception):
+    def __init__(self, kind: RejectKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+def load_grounding(path: str | Path, *, image_dir: str | Path | None = None,
+                   format: DatasetFormat | str | None = None, language: str = "en") -> GroundingDataset:
+    """Load a ScreenSpot / ScreenSpot-v2 / ScreenSpot-Pro JSON file, or every ``*.json`` of a folder
+    (or of its ``annotations/`` folder).
+
+    ``image_dir`` defaults, per file, to whichever of the published layouts' image folders holds the
+    file's images. ``format`` defaults to detection per file (Pro records carry ``img_size``; a
+    ``v2`` in the file name marks ScreenSpot-v2). ``language="cn"`` uses Pro's ``instruction_cn``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise EnvError(f"grounding dataset {path} does not exist; "
+                       "pass a ScreenSpot JSON file or the folder holding them")
+    if path.is_dir():
+        files = sorted(path.glob("*.json")) or sorted((path / "annotations").glob("*.json"))
+        if not files:
+            raise EnvError(f"grounding dataset folder {path} holds no *.json files (nor does {path / 'annotations'})")
+    else:
+        files = [path]
+    fmt = DatasetFormat(format) if format is not None else None
+    samples: list[GroundingSample] = []
+    rejected: list[RejectedRecord] = []
+    for file in files:
+        got, bad = _load_file(file, Path(image_dir) if image_dir is not None else None, fmt, language)
+        samples.extend(got)
+        rejected.extend(bad)
+    for r in rejected:
+        logger.warning("rejected grounding record %s", r)
+    return GroundingDataset(tuple(samples), LoadReport(tuple(files), len(samples), tuple(rejected)))
+
+
+def _load_file(file: Path, image_dir: Path | None, fmt: DatasetFormat | None, language: str
+               ) -> tuple[list[GroundingSample], list[RejectedRecord]]:
+    try:
+        records = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [], [RejectedRecord(file, -1, RejectKind.BAD_FILE, f"not readable as JSON: {e}")]
+    if not isinstance(records, list):
+        return [], [RejectedRecord(file, -1, RejectKind.BAD_FILE,
+                                   f"must hold a JSON list of records, got {type(records).__name__}")]
+    fmt = fmt or _detect_format(file, records)
+    root = image_dir if image_dir is not None else _find_image_dir(file, records)
+    sizes: dict[Path, tuple[int, int] | None] = {}
+    samples, rejected = [], []
+    for index, record in enumerate(records):
+        try:
+            samples.append(_parse_record(record, index, file, root, fmt, language, sizes))
+        except _Reject as r:
+            rejected.append(RejectedRecord(file, index, r.kind, r.reason))
+    return samples, rejected
+
+
+def _detect_format(file: Path, records: list[Any]) -> DatasetFormat:
+    first = next((r for r in records if isinstance(r, dict)), {})
+    if "img_size" in first or "ui_type" in first or "application" in first:
+        return DatasetFormat.SCREENSPOT_PRO
+    return DatasetFormat.SCREENSPOT_V2 if "v2" in file.stem.lower() else DatasetFormat.SCREENSPOT
+
+
+def _find_image_dir(file: Path, records: list[Any]) -> Path:
+    names = [n for r in records[:20] if isinstance(r, dict) and isinstance(n := _field(r, "image"), str)]
+    best, best_hits = file.parent, 0
+    for rel in _IMAGE_DIRS:
+        folder = (file.parent / rel).resolve()
+        if not folder.is_dir():
+            continue
+        hits = sum(1 for n in names if _safe_relative(n) is not None and (folder / n).is_file())
+        if hits > best_hits:
+            best, best_hits = folder, hits
+    return best
+
+
+def _field(record: dict[str, Any], name: str) -> Any:
+    for key in _ALIASES[name]:
+        if key in record:
+            return record[key]
+    return None
+
+
+def _safe_relative(name: str) -> PurePosixPath | None:
+    """The image name as a relative path, or None when it is absolute or climbs with ``..``."""
+    posix = PurePosixPath(name.replace("\\", "/"))
+    if posix.is_absolute() or PureWindowsPath(name).drive or ".." in posix.parts or not posix.parts:
+        return None
+    return posix
+
+
+def _parse_record(record: Any, index: int, file: Path, root: Path, fmt: DatasetFormat, language: str,
+                  sizes: dict[Path, tuple[int, int] | None]) -> GroundingSample:
+    if not isinstance(record, dict):
+        raise _Reject(RejectKind.MALFORMED, f"a record must be a JSON object, got {type(record).__name__}")
+    name = _field(record, "image")
+    if not isinstance(name, str) or not name.strip():
+        raise _Reject(RejectKind.MALFORMED, f"no image file name (one of {list(_ALIASES['image'])})")
+    instruction = _field(record, "instruction")
+    if language == "cn" and isinstance(record.get("instruction_cn"), str):
+        instruction = record["instruction_cn"]
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise _Reject(RejectKind.MALFORMED, "no instruction text")
+    element_type = _field(record, "element_type")
+    element_type = element_type if isinstance(element_type, str) else ""
+    gt_type = _field(record, "gt_type")
+    negative = isinstance(gt_type, str) and gt_type.strip().lower() == "negative"
+
+    rel = _safe_relative(name)
+    if rel is None:
+        raise _Reject(RejectKind.UNSAFE_PATH, f"image path {name!r} is absolute or leaves the image folder {root}")
+    image_path = (root / rel).resolve()
+    if not image_path.is_relative_to(root.resolve()):
+        raise _Reject(RejectKind.UNSAFE_PATH, f"image path {name!r} resolves to {image_path}, outside {root}")
+    if not image_path.is_file():
+        raise _Reject(RejectKind.MISSING_IMAGE, f"image {image_path} does not exist")
+    if image_path not in sizes:
+        sizes[image_path] = image_size(image_path)
+    size = sizes[image_path]
+    if size is None:
+        raise _Reject(RejectKind.UNREADABLE_IMAGE, f"image {image_path} is not a readable image")
+    width, height = size
+
+    box: Box | None = None
+    if fmt is DatasetFormat.SCREENSPOT_PRO:
+        declared = record.get("img_size")
+        if declared is not None:
+            if not (isinstance(declared, list) and len(declared) == 2 and all(_is_number(v) for v in declared)):
+                raise _Reject(RejectKind.MALFORMED, f"img_size must be [w, h], got {declared!r}")
+            if (int(declared[0]), int(declared[1])) != size:
+                raise _Reject(RejectKind.SIZE_MISMATCH,
+                              f"img_size {declared} but image {image_path.name} is {width}x{height}")
+        if not negative:
+            x1, y1, x2, y2 = _four_numbers(record.get("bbox"), "[x1, y1, x2, y2]")
+            if x2 <= x1 or y2 <= y1:
+                raise _Reject(RejectKind.MALFORMED, f"bbox {record['bbox']} must have x2 > x1 and y2 > y1")
+            box = _normalized(x1, y1, x2, y2, width, height, record["bbox"])
+        platform = str(record.get("platform") or "")
+        application = str(record.get("application") or "")
+        group = str(record.get("group") or "")
+    else:
+        x, y, w, h = _four_numbers(record.get("bbox"), "[x, y, width, height]")
+        if w <= 0 or h <= 0:
+            raise _Reject(RejectKind.MALFORMED, f"bbox {record['bbox']} must have width > 0 and height > 0")
+        box = _normalized(x, y, x + w, y + h, width, height, record["bbox"])
+        application = str(record.get("data_source") or "")
+        split = next((s for s in _SPLITS if s in file.stem.lower()), None)
+        platform = split or _SOURCE_PLATFORM.get(application.lower(), "web")
+        group = ""
+    sample_id = f"{file.stem}:{record.get('id', index)}"
+    return GroundingSample(sample_id, image_path, size, instruction.strip(), box, platform, application,
+                           element_type, negative, fmt.value, group)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _four_numbers(bbox: Any, form: str) -> tuple[float, float, float, float]:
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
+        raise _Reject(RejectKind.MALFORMED, f"bbox must be four numbers {form} in image pixels, got {bbox!r}")
+    return bbox[0], bbox[1], bbox[2], bbox[3]
+
+
+def _normalized(x1: float, y1: float, x2: float, y2: float, width: int, height: int, raw: Any) -> Box:
+    if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+        raise _Reject(RejectKind.BOX_OUTSIDE,
+                      f"bbox {raw} spans x {x1}..{x2}, y {y1}..{y2}, outside the {width}x{height} image")
+    return Box(x1 / width, y1 / height, x2 / width, y2 / height)
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(W, H) of an image; PNG sizes come from the header so loading 1,500 screenshots stays quick."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(24)
+    except OSError:
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", head[16:24])
+        return (int(width), int(height)) if width and height else None
+    image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    return None if image is None else (int(image.shape[1]), int(image.shape[0]))
+
+
+def read_rgb(path: Path) -> np.ndarray:
+    """The image as RGB uint8 H x W x 3; EnvError when it cannot be read."""
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise EnvError(f"image {path} could not be read; was the dataset moved or changed after loading?")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+def point_in_box(x: float, y: float, box: Box, *, strict: bool = False) -> bool:
+    """The official hit test on normalized coordinates: edges count (``x1 <= x <= x2``) unless strict."""
+    if strict:
+        return box.x1 < x < box.x2 and box.y1 < y < box.y2
+    return box.x1 <= x <= box.x2 and box.y1 <= y <= box.y2
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingPrediction:
+    """A model's answer for one sample: normalized points, best first, or none (target absent)."""
+
+    points: tuple[tuple[float, float], ...] = ()
+    parse_error: str | None = None
+    raw_output: str = ""
+
+    @property
+    def absent(self) -> bool:
+        """The model parsed and named no point: it says the target is not on the screen."""
+        return self.parse_error is None and not self.points
+
+    @classmethod
+    def from_decision(cls, decision: Decision) -> GroundingPrediction:
+        """The decision's action point first, then every candidate's point (duplicates dropped)."""
+        if decision.action is None:
+            return cls((), decision.parse_error or "no action", decision.raw_output)
+        points: list[tuple[float, float]] = []
+        for action in (decision.action, *decision.candidates):
+            if action.point is not None and (p := (action.point.x, action.point.y)) not in points:
+                points.append(p)
+        return cls(tuple(points), None, decision.raw_output)
+
+
+class GroundingOutcome(str, Enum):
+    CORRECT = "correct"
+    WRONG = "wrong"
+    WRONG_FORMAT = "wrong_format"
+
+
+@dataclass(frozen=True, slots=True)
+class SampleResult:
+    sample: GroundingSample
+    prediction: GroundingPrediction
+    outcome: GroundingOutcome
+    """Top-1 outcome, as the official scripts report it."""
+    any_hit: bool
+    """Some candidate point hits (InfiGUI-G1's "exploration success"); equals top-1 for negatives."""
+
+    @property
+    def correct(self) -> bool:
+        return self.outcome is GroundingOutcome.CORRECT
+
+
+@dataclass(frozen=True, slots=True)
+class BreakdownRow:
+    key: str
+    total: int
+    correct: int
+    any_correct: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    @property
+    def any_accuracy(self) -> float:
+        return self.any_correct / self.total if self.total else 0.0
+
+
+#: the breakdowns a report offers: name -> the sample's key
+BREAKDOWNS: dict[str, Callable[[GroundingSample], str]] = {
+    "platform": lambda s: s.platform,
+    "application": lambda s: s.application,
+    "group": lambda s: s.group,
+    "element_type": lambda s: s.element_type,
+    "platform/element_type": lambda s: f"{s.platform}/{s.element_type}",
+    "gt_type": lambda s: "negative" if s.negative else "positive",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingReport:
+    results: tuple[SampleResult, ...]
+    rejected: tuple[RejectedRecord, ...] = ()
+    strict: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def correct(self) -> int:
+        return sum(r.correct for r in self.results)
+
+    @property
+    def any_correct(self) -> int:
+        return sum(r.any_hit for r in self.results)
+
+    @property
+    def wrong_format(self) -> int:
+        return sum(r.outcome is GroundingOutcome.WRONG_FORMAT for r in self.results)
+
+    @property
+    def accuracy(self) -> float:
+        """Top-1 accuracy: the first point only."""
+        return self.correct / self.total if self.total else 0.0
+
+    @property
+    def any_accuracy(self) -> float:
+        return self.any_correct / self.total if self.total else 0.0
+
+    def breakdown(self, by: str) -> tuple[BreakdownRow, ...]:
+        """Counts and accuracies per value of one of BREAKDOWNS' keys, sorted by that value."""
+        if by not in BREAKDOWNS:
+            raise EnvError(f"unknown breakdown {by!r}; choose one of {sorted(BREAKDOWNS)}")
+        key = BREAKDOWNS[by]
+        rows: dict[str, list[int]] = {}
+        for r in self.results:
+            row = rows.setdefault(key(r.sample), [0, 0, 0])
+            row[0] += 1
+            row[1] += r.correct
+            row[2] += r.any_hit
+        return tuple(BreakdownRow(k, *rows[k]) for k in sorted(rows))
+
+    def metrics(self) -> dict[str, float]:
+        """Flat, namespaced numbers for the metrics log."""
+        out = {"env/grounding/accuracy": self.accuracy, "env/grounding/any_accuracy": self.any_accuracy,
+               "env/grounding/total": float(self.total), "env/grounding/wrong_format": float(self.wrong_format),
+               "env/grounding/rejected": float(len(self.rejected))}
+        for by in ("platform", "element_type"):
+            for row in self.breakdown(by):
+                out[f"env/grounding/{by}/{row.key or '-'}/accuracy"] = row.accuracy
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: totals, every breakdown, the rejected records and one line per sample."""
+        return {
+            "total": self.total, "correct": self.correct, "any_correct": self.any_correct,
+            "accuracy": self.accuracy, "any_accuracy": self.any_accuracy, "wrong_format": self.wrong_format,
+            "hit_test": "x1 < x < x2 (strict)" if self.strict else "x1 <= x <= x2 (edges inside)",
+            "breakdowns": {by: [{"key": r.key, "total": r.total, "correct": r.correct, "accuracy": r.accuracy,
+                                 "any_correct": r.any_correct, "any_accuracy": r.any_accuracy}
+                                for r in self.breakdown(by)] for by in BREAKDOWNS},
+            "rejected": [{"file": str(r.file), "index": r.index, "kind": r.kind.value, "reason": r.reason}
+                         for r in self.rejected],
+            "samples": [{"id": r.sample.id, "outcome": r.outcome.value, "any_hit": r.any_hit,
+                         "points": [list(p) for p in r.prediction.points], "parse_error": r.prediction.parse_error}
+                        for r in self.results],
+        }
+
+    def table(self, by: str = "platform/element_type") -> str:
+        """A plain-text table of one breakdown with the overall line, for the CLI to show."""
+        lines = [f"{by:<32} {'n':>6} {'top-1':>7} {'any':>7}"]
+        for row in self.breakdown(by):
+            lines.append(f"{row.key or '-':<32} {row.total:>6} {row.accuracy:>7.1%} {row.any_accuracy:>7.1%}")
+        lines.append(f"{'overall':<32} {self.total:>6} {self.accuracy:>7.1%} {self.any_accuracy:>7.1%}")
+        if self.rejected:
+            lines.append(f"({len(self.rejected)} records rejected at load; see report.rejected)")
+        return "\n".join(lines)
+
+
+def score_sample(sample: GroundingSample, prediction: GroundingPrediction | None, *, strict: bool = False
+                 ) -> SampleResult:
+    if prediction is None:
+        prediction = GroundingPrediction(parse_error="no prediction for this sample")
+    if prediction.parse_error is not None:
+        return SampleResult(sample, prediction, GroundingOutcome.WRONG_FORMAT, False)
+    if sample.negative or sample.box is None:
+        ok = prediction.absent
+        return SampleResult(sample, prediction, GroundingOutcome.CORRECT if ok else GroundingOutcome.WRONG, ok)
+    hits = [point_in_box(x, y, sample.box, strict=strict) for x, y in prediction.points]
+    top1 = bool(hits) and hits[0]
+    return SampleResult(sample, prediction, GroundingOutcome.CORRECT if top1 else GroundingOutcome.WRONG, any(hits))
+
+
+def score(samples: Sequence[GroundingSample],
+          predictions: Mapping[str, GroundingPrediction] | Sequence[GroundingPrediction | None], *,
+          strict: bool = False, rejected: Iterable[RejectedRecord] = ()) -> GroundingReport:
+    """Score predictions (by sample id, or in the samples' order); a missing one is a wrong_format miss."""
+    if isinstance(predictions, Mapping):
+        found = [predictions.get(s.id) for s in samples]
+    else:
+        found = list(predictions)
+        if len(found) != len(samples):
+            raise EnvError(f"{len(found)} predictions for {len(samples)} samples; pass one per sample or a dict by id")
+    results = tuple(score_sample(s, p, strict=strict) for s, p in zip(samples, found))
+    return GroundingReport(results, tuple(rejected), strict)
+
+
+# --- running a policy --------------------------------------------------------------------------
+
+async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy, *, concurrency: int = 4,
+                             strict: bool = False, rejected: Iterable[RejectedRecord] = (), n: int = 1,
+                             on_result: Callable[[SampleResult], None] | None = None) -> GroundingReport:
+    """Ask ``policy`` for each sample's target and score the answers.
+
+    The instruction is the task, the history is empty and the observation is the screenshot in
+    RGB. At most ``concurrency`` samples are in flight (and in memory) at once. An output that does
+    not parse is a miss; policy errors other than parse errors (backend down) stop the run.
+    ``on_result`` is called as each sample is scored (for progress bars).
+    """
+    if concurrency < 1:
+        raise EnvError(f"concurrency must be at least 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+    predictions: list[GroundingPrediction | None] = [None] * len(samples)
+
+    async def one(i: int, sample: GroundingSample) -> None:
+        async with gate:
+            frame = await asyncio.to_thread(read_rgb, sample.image_path)
+            observation = Observation(frame, meta={"sample_id": sample.id, "image_path": str(sample.image_path)})
+            try:
+                decision = await policy.decide(sample.instruction, (), observation, n=n)
+                predictions[i] = GroundingPrediction.from_decision(decision)
+            except PolicyParseError as e:
+                predictions[i] = GroundingPrediction(parse_error=str(e))
+        if on_result is not None:
+            on_result(score_sample(sample, predictions[i], strict=strict))
+
+    async with asyncio.TaskGroup() as group:
+        for i, sample in enumerate(samples):
+            group.create_task(one(i, sample))
+    return score(samples, predictions, strict=strict, rejected=rejected)
+
+
+__all__ = [
+    "BREAKDOWNS", "BreakdownRow", "DatasetFormat", "GroundingDataset", "GroundingOutcome", "GroundingPrediction",
+    "GroundingReport", "GroundingSample", "LoadReport", "RejectKind", "RejectedRecord", "SampleResult",
+    "evaluate_grounding", "image_size", "load_grounding", "point_in_box", "read_rgb", "score",
+    "score_sample",
+]
