@@ -212,9 +212,10 @@ def test_infeasible_on_a_feasible_task_gives_zero(run, device):
     assert run(env.step(Action(ActionKind.INFEASIBLE, text="cannot")))[1:3] == (0.0, True)
 
 
-@pytest.mark.parametrize("name", [s.name for s in all_specs()])
-def test_every_registered_env_conforms(run, device, name):
-    run(check_env(next(s for s in all_specs() if s.name == name).make(device=device)))
+@pytest.mark.parametrize("name", [s.name for s in all_specs("generated")])
+def test_every_generated_env_conforms(run, device, name):
+    # Other suites run check_env in their own test modules (MiniWoB on a sample, Android on the test phone).
+    run(check_env(next(s for s in all_specs("generated") if s.name == name).make(device=device)))
 
 
 def test_conformance_catches_a_broken_env_and_an_owned_device_closes(run):
