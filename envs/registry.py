@@ -60,7 +60,7 @@ def all_specs(suite: str | None = None) -> list[EnvSpec]:
     return [s for s in REGISTRY.values() if suite is None or s.suite == suite]
 
 
-SUITE_MODULES = ("envs.generated", "envs.miniwob")
+SUITE_MODULES = ("envs.generated", "envs.miniwob", "envs.android")
 """Modules whose import registers a suite's environments."""
 
 

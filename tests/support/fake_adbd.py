@@ -28,6 +28,17 @@ adbutils' ``shell2`` falls back to ``CMD; echo X4EXIT:$?``.
   current one and a field is focused), ``ime list [-a] -s``, ``ime enable|set``,
   ``settings get|put secure default_input_method``
 - optional AUTH refusal (``authorized=False``): the adb server lists the phone as "unauthorized"
+- system state: ``settings get|put|list NAMESPACE [KEY [VALUE]]`` (``phone.settings``, keyed
+  "namespace/key": Wi-Fi ``global/wifi_on``, Bluetooth ``global/bluetooth_on``, brightness
+  ``system/screen_brightness`` 0-255), ``svc wifi|bluetooth enable|disable``; the foreground
+  activity in the formats of ``dumpsys activity activities`` (``mResumedActivity`` /
+  ``topResumedActivity``) and ``dumpsys window`` (``mCurrentFocus`` / ``mFocusedApp``)
+- files (``phone.files``, path -> bytes): ``ls DIR``, ``cat FILE``, ``rm [-rf] PATH``, ``mkdir -p``;
+  the notes app's Save button writes the field to ``/sdcard/Notes/<first line>.txt`` (the rest of the
+  text is the file's content), and ``am force-stop com.example.notes`` drops the unsaved draft
+- the settings screen: switches ``wifi`` and ``bluetooth`` (tapping one flips its setting) and a
+  ``brightness`` SeekBar (a tap sets the brightness from where it lands; the outer 5 % at either
+  end is padding that gives 0 or 255, as a slider's thumb inset does)
 - ``echo``, ``true``; anything else answers ``/system/bin/sh: X: inaccessible or not found``, 127
 
 State for tests: ``phone.events`` (what the user "did"), ``phone.commands`` (every shell command),
@@ -69,6 +80,10 @@ KEYCODES = {
     "112": "FORWARD_DEL", "122": "MOVE_HOME", "123": "MOVE_END",
 }
 LIST_ROWS = 40
+NOTES_DIR = "/sdcard/Notes"
+SLIDER_PAD = 0.05
+"""Fraction of the brightness slider's width at each end that is padding (taps there give 0 or 255)."""
+ACTIVITY = "MainActivity"
 
 
 @dataclass
@@ -116,6 +131,10 @@ class FakePhone:
     events: list[dict[str, Any]] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=lambda: {
+        "global/wifi_on": "1", "global/bluetooth_on": "0", "global/airplane_mode_on": "0",
+        "system/screen_brightness": "102", "system/screen_brightness_mode": "0",
+    })
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     # -- geometry -----------------------------------------------------------------------------
@@ -158,7 +177,17 @@ class FakePhone:
                                  cls="android.widget.TextView", color=(shade, shade, 255 if i == 0 else shade)))
             return rows
         if self.screen == "settings":
-            return [Node("wifi", box(0.05, 0.15, 0.95, 0.22), "Wi-Fi", cls="android.widget.TextView")]
+            def switch(key: str, name: str, y: float) -> Node:
+                on = self.settings.get(f"global/{key}_on") == "1"
+                return Node(key, box(0.05, y, 0.95, y + 0.07), f"{name} {'On' if on else 'Off'}", name,
+                            "android.widget.Switch", color=(66, 133, 244) if on else (189, 189, 189))
+            level = int(self.settings.get("system/screen_brightness", "0"))
+            return [
+                switch("wifi", "Wi-Fi", 0.15),
+                switch("bluetooth", "Bluetooth", 0.25),
+                Node("brightness", box(0.05, 0.40, 0.95, 0.46), f"Brightness {round(level * 100 / 255)}%",
+                     "Brightness level", "android.widget.SeekBar", color=(255, 224, 130)),
+            ]
         if self.screen == "browser":
             return [Node("urlbar", box(0.02, 0.05, 0.98, 0.1), self.url, cls="android.widget.EditText")]
         return []
@@ -210,6 +239,35 @@ class FakePhone:
             self.focused = True
         elif node.id.startswith("row"):
             self.selected = node.id
+        elif node.id == "save":
+            self.save_note()
+        elif node.id in ("wifi", "bluetooth"):
+            key = f"global/{node.id}_on"
+            self.settings[key] = "0" if self.settings.get(key) == "1" else "1"
+        elif node.id == "brightness":
+            x1, _, x2, _ = node.box
+            pad = SLIDER_PAD * (x2 - x1)
+            frac = min(1.0, max(0.0, (x - x1 - pad) / (x2 - x1 - 2 * pad)))
+            self.settings["system/screen_brightness"] = str(round(frac * 255))
+
+    def save_note(self) -> None:
+        """The notes app's Save: ``<first line>.txt`` under NOTES_DIR holds the rest; the field clears."""
+        title, _, body = self.text.partition("\n")
+        title = title.strip()
+        if not title or "/" in title:
+            self.events.append({"kind": "save", "saved": None})
+            return
+        path = f"{NOTES_DIR}/{title}.txt"
+        self.files[path] = body.encode("utf-8")
+        self.events.append({"kind": "save", "saved": path})
+        self.text = ""
+        self.focused = False
+
+    @property
+    def foreground(self) -> str:
+        """The resumed activity's component, ``package/.Activity``."""
+        pkg = {v: k for k, v in PACKAGES.items()}.get(self.screen, "com.example.launcher")
+        return f"{pkg}/.{ACTIVITY}"
 
     def swipe(self, x1: float, y1: float, x2: float, y2: float, duration_ms: int) -> None:
         if abs(x2 - x1) < 10 and abs(y2 - y1) < 10 and duration_ms >= 500:
@@ -369,6 +427,10 @@ class FakePhone:
         return b"usage: wm [size|density] ...\n", 255
 
     def _cmd_dumpsys(self, args: list[str]) -> str:
+        if args[:1] == ["activity"] and args[1:2] in (["activities"], ["a"]):
+            return self._dumpsys_activities()
+        if args[:1] == ["window"]:
+            return self._dumpsys_window()
         if args[:1] != ["display"]:
             return ""
         pw, ph = self.physical
@@ -386,6 +448,67 @@ class FakePhone:
             f"logicalFrame=Rect(0, 0 - {w}, {h}), deviceWidth={pw}, deviceHeight={ph}}}]\n"
             f"  mCurrentOrientation={self.rotation}\n"
         )
+
+    def _dumpsys_activities(self) -> str:
+        # the layout of Android 13/14 (topResumedActivity / ResumedActivity) with the older
+        # mResumedActivity line too, so parsers of either era find it
+        comp = self.foreground
+        pkg = comp.split("/")[0]
+        record = f"ActivityRecord{{7f3a2c1 u0 {comp} t{41 + len(self.back_stack)}}}"
+        return (
+            "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\n"
+            "Display #0 (activities from top to bottom):\n"
+            f"  * Task{{c1d2e3 #{41 + len(self.back_stack)} type=standard A=10123:{pkg} U=0 visible=true "
+            "visibleRequested=true mode=fullscreen translucent=false sz=1}\n"
+            f"    mLastPausedActivity: {record}\n"
+            "    isSleeping=false\n"
+            f"    topResumedActivity={record}\n"
+            f"    mResumedActivity: {record}\n"
+            "  Resumed activities in task display areas (from top to bottom):\n"
+            f"    ResumedActivity: {record}\n"
+        )
+
+    def _dumpsys_window(self) -> str:
+        comp = self.foreground
+        return (
+            "WINDOW MANAGER WINDOWS (dumpsys window windows)\n"
+            f"  Window #0 Window{{4b5c6d7 u0 {comp}}}:\n"
+            f"    mDisplayId=0 rootTaskId=41 mSession=Session{{a1b2c3 4242:u0a10123}} mClient=android.os.BinderProxy@1\n"
+            f"  mCurrentFocus=Window{{4b5c6d7 u0 {comp}}}\n"
+            f"  mFocusedApp=ActivityRecord{{7f3a2c1 u0 {comp} t41}}\n"
+        )
+
+    def _cmd_svc(self, args: list[str]) -> tuple[bytes, int]:
+        if len(args) >= 2 and args[0] in ("wifi", "bluetooth") and args[1] in ("enable", "disable"):
+            self.settings[f"global/{args[0]}_on"] = "1" if args[1] == "enable" else "0"
+            return b"", 0
+        return b"Available commands: svc wifi|bluetooth enable|disable\n", 1
+
+    def _cmd_ls(self, args: list[str]) -> tuple[bytes, int]:
+        paths = [a for a in args if not a.startswith("-")] or ["/"]
+        out, rc = [], 0
+        for path in paths:
+            path = path.rstrip("/") or "/"
+            if path in self.files:
+                out.append(path)
+                continue
+            prefix = path + "/"
+            names = sorted({p[len(prefix):].split("/")[0] for p in self.files if p.startswith(prefix)})
+            if not names and not self._is_dir(path):
+                out.append(f"ls: {path}: No such file or directory")
+                rc = 1
+            out.extend(n for n in names if n)
+        return "".join(line + "\n" for line in out).encode(), rc
+
+    def _is_dir(self, path: str) -> bool:
+        return path in ("/", "/sdcard", "/data/local/tmp") or path + "/" in self.files \
+            or any(p.startswith(path + "/") for p in self.files)
+
+    def _cmd_mkdir(self, args: list[str]) -> str:
+        for a in args:
+            if not a.startswith("-") and not self._is_dir(a.rstrip("/")):
+                self.files[a.rstrip("/") + "/"] = b""  # a marker: an empty directory
+        return ""
 
     def _cmd_input(self, args: list[str]) -> tuple[bytes, int]:
         if not args:
@@ -433,8 +556,14 @@ class FakePhone:
         return f"cat: {args[0] if args else ''}: No such file or directory\n".encode(), 1
 
     def _cmd_rm(self, args: list[str]) -> str:
+        recursive = any(a.startswith("-") and "r" in a for a in args)
         for a in args:
+            if a.startswith("-"):
+                continue
             self.files.pop(a, None)
+            if recursive:
+                for p in [p for p in self.files if p.startswith(a.rstrip("/") + "/")]:
+                    del self.files[p]
         return ""
 
     def _cmd_monkey(self, args: list[str]) -> tuple[bytes, int]:
@@ -473,6 +602,10 @@ class FakePhone:
                     self.text += text
             return f"Broadcasting: Intent {{ act={action} flg=0x400000 }}\nBroadcast completed: result=0\n".encode(), 0
         if args[:1] == ["force-stop"]:
+            if args[1:2] == ["com.example.notes"]:
+                self.text, self.focused = "", False
+            if len(args) > 1 and PACKAGES.get(args[1]) == self.screen and self.screen != "home":
+                self.screen = self.back_stack.pop() if self.back_stack else "home"
             return b"", 0
         return b"Error: unknown am command\n", 1
 
@@ -503,7 +636,18 @@ class FakePhone:
         if args[:3] == ["put", "secure", "default_input_method"] and len(args) > 3:
             self.current_ime = args[3]
             return b"", 0
-        return b"null\n", 0
+        if len(args) >= 2 and args[1] not in ("system", "secure", "global"):
+            return f"Invalid namespace '{args[1]}'\n".encode(), 255
+        if args[:1] == ["get"] and len(args) == 3:
+            return (self.settings.get(f"{args[1]}/{args[2]}", "null") + "\n").encode(), 0
+        if args[:1] == ["put"] and len(args) >= 4:
+            self.settings[f"{args[1]}/{args[2]}"] = args[3]
+            return b"", 0
+        if args[:1] == ["list"] and len(args) == 2:
+            prefix = args[1] + "/"
+            return "".join(f"{k[len(prefix):]}={v}\n" for k, v in sorted(self.settings.items())
+                           if k.startswith(prefix)).encode(), 0
+        return b"usage: settings [--user N] get|put|delete|list NAMESPACE [KEY [VALUE]]\n", 255
 
 
 def _split_segments(line: str) -> list[str]:
