@@ -51,8 +51,6 @@ import numpy as np
 
 from devices.base import Box, Observation
 from envs.errors import EnvError
-from policy.base import Decision, Policy
-from policy.errors import PolicyParseError
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +365,7 @@ class GroundingPrediction:
         return self.parse_error is None and not self.points
 
     @classmethod
-    def from_decision(cls, decision: Decision) -> GroundingPrediction:
+    def from_decision(cls, decision: Any) -> GroundingPrediction:
         """The decision's action point first, then every candidate's point (duplicates dropped)."""
         if decision.action is None:
             return cls((), decision.parse_error or "no action", decision.raw_output)
@@ -534,44 +532,9 @@ def score(samples: Sequence[GroundingSample],
     return GroundingReport(results, tuple(rejected), strict)
 
 
-# --- running a policy --------------------------------------------------------------------------
-
-async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy, *, concurrency: int = 4,
-                             strict: bool = False, rejected: Iterable[RejectedRecord] = (), n: int = 1,
-                             on_result: Callable[[SampleResult], None] | None = None) -> GroundingReport:
-    """Ask ``policy`` for each sample's target and score the answers.
-
-    The instruction is the task, the history is empty and the observation is the screenshot in
-    RGB. At most ``concurrency`` samples are in flight (and in memory) at once. An output that does
-    not parse is a miss; policy errors other than parse errors (backend down) stop the run.
-    ``on_result`` is called as each sample is scored (for progress bars).
-    """
-    if concurrency < 1:
-        raise EnvError(f"concurrency must be at least 1, got {concurrency}")
-    gate = asyncio.Semaphore(concurrency)
-    predictions: list[GroundingPrediction | None] = [None] * len(samples)
-
-    async def one(i: int, sample: GroundingSample) -> None:
-        async with gate:
-            frame = await asyncio.to_thread(read_rgb, sample.image_path)
-            observation = Observation(frame, meta={"sample_id": sample.id, "image_path": str(sample.image_path)})
-            try:
-                decision = await policy.decide(sample.instruction, (), observation, n=n)
-                predictions[i] = GroundingPrediction.from_decision(decision)
-            except PolicyParseError as e:
-                predictions[i] = GroundingPrediction(parse_error=str(e))
-        if on_result is not None:
-            on_result(score_sample(sample, predictions[i], strict=strict))
-
-    async with asyncio.TaskGroup() as group:
-        for i, sample in enumerate(samples):
-            group.create_task(one(i, sample))
-    return score(samples, predictions, strict=strict, rejected=rejected)
-
-
 __all__ = [
     "BREAKDOWNS", "BreakdownRow", "DatasetFormat", "GroundingDataset", "GroundingOutcome", "GroundingPrediction",
     "GroundingReport", "GroundingSample", "LoadReport", "RejectKind", "RejectedRecord", "SampleResult",
-    "evaluate_grounding", "image_size", "load_grounding", "point_in_box", "read_rgb", "score",
+    "image_size", "load_grounding", "point_in_box", "read_rgb", "score",
     "score_sample",
 ]

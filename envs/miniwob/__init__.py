@@ -2,12 +2,11 @@
 "miniwob/<task>" for every task the package ships in html/miniwob/."""
 
 from envs.miniwob.env import TARGET_TASKS, MiniWobEnv, html_root
-from envs.miniwob.oracle import MiniWobOracle
 from envs.miniwob.tasks import TASKS
 from envs.registry import register
 
 SUPPORTED_BY_ORACLE: tuple[str, ...] = tuple(sorted(TARGET_TASKS))
-"""Tasks whose next target is read from the DOM: env.verify scores steps and env.oracle() solves them."""
+"""Tasks whose next target is read from the DOM: env.verify scores steps and agent.oracles.MiniWobOracle solves them."""
 
 _ENTRY = "envs.miniwob.env:MiniWobEnv"
 
@@ -17,4 +16,4 @@ for _task in TASKS:
         _description += " (step-verifiable)"
     register(f"miniwob/{_task}", _ENTRY, "miniwob", _description, task=_task, env_name=f"miniwob/{_task}")
 
-__all__ = ["SUPPORTED_BY_ORACLE", "TASKS", "MiniWobEnv", "MiniWobOracle", "html_root"]
+__all__ = ["SUPPORTED_BY_ORACLE", "TASKS", "MiniWobEnv", "html_root"]

@@ -319,10 +319,3 @@ class MiniWobEnv:
         box = Box(*target["boxes"][0]).clipped() if target["boxes"] else None
         return Action(ActionKind.CLICK, point=Point(*target["point"])), box
 
-    def oracle(self) -> Any:
-        """A policy that solves this task from the DOM, or None where the task has no DOM ground truth."""
-        if self.task not in TARGET_TASKS:
-            return None
-        from envs.miniwob.oracle import MiniWobOracle
-
-        return MiniWobOracle(self)

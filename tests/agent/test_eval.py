@@ -10,7 +10,7 @@ import pytest
 
 from agent.eval import EvalResult, evaluate, format_table, wilson_interval
 from devices.actions import Action, ActionKind, Point
-from envs.generated.oracle import OraclePolicy
+from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.records import Outcome
 from envs.trajectory import iter_episodes, read_episode
 from policy.base import Decision

@@ -13,7 +13,7 @@ from agent.report import build_report
 from devices.actions import Action, ActionKind, Point
 from devices.settle import SettleConfig
 from devices.web import PlaywrightDevice, WebConfig
-from envs.generated.oracle import OraclePolicy
+from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.records import Outcome
 from envs.tasks import ClickTask
 from envs.trajectory import RunWriter, iter_episodes

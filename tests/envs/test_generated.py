@@ -17,7 +17,7 @@ from devices.web import PlaywrightDevice, WebConfig
 from envs.conformance import ConformanceError, check_env
 from envs.generated import GeneratedEnv
 from envs.generated.layout import DIFFICULTIES, FORM_FACTORS, Role, ScreenParams, TaskKind, generate
-from envs.generated.oracle import OraclePolicy
+from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.registry import all_specs
 
 ALL_PARAMS = [

@@ -19,12 +19,12 @@ import pytest
 from devices.actions import Action, ActionKind, Point
 from devices.base import Box, Observation
 from envs.errors import EnvError
+from agent.grounding_eval import evaluate_grounding
 from envs.grounding import (
     GroundingOutcome,
     GroundingPrediction,
     GroundingSample,
     RejectKind,
-    evaluate_grounding,
     load_grounding,
     point_in_box,
     score,

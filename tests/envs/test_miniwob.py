@@ -20,6 +20,7 @@ from devices.actions import Action, ActionKind, Point  # noqa: E402
 from devices.web import PlaywrightDevice, WebConfig  # noqa: E402
 from envs.conformance import check_env  # noqa: E402
 from envs.errors import EnvError  # noqa: E402
+from agent.oracles import oracle_for
 from envs.miniwob import SUPPORTED_BY_ORACLE, TASKS, MiniWobEnv, html_root  # noqa: E402
 from envs.miniwob.env import EPISODE_MAX_TIME_MS  # noqa: E402
 from envs.registry import all_specs, make  # noqa: E402
@@ -55,7 +56,7 @@ def _centre_of(run, env: MiniWobEnv, selector: str) -> Point:
 
 
 async def _solve(env: MiniWobEnv, seed: int) -> tuple[float, bool, dict]:
-    policy = env.oracle()
+    policy = oracle_for(env)
     obs, info = await env.reset(seed=seed)
     reward, info_step = 0.0, {}
     for _ in range(env.max_steps):
@@ -120,7 +121,7 @@ def test_oracle_solves_every_supported_task(run, device):
             assert (reward, terminated) == (1.0, True), (task, seed, info)
             assert info["raw_reward"] == 1.0 and info["success"] is True
         run(env.close())
-    assert MiniWobEnv("enter-text", device=device).oracle() is None
+    assert oracle_for(MiniWobEnv("enter-text", device=device)) is None
 
 
 def test_wrong_clicks_score_zero(run, device):

@@ -1,0 +1,54 @@
+"""Running a policy on a grounding dataset (the loaders and the official scoring are in envs.grounding)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+
+from devices.base import Observation
+from envs.errors import EnvError
+from envs.grounding import (
+    GroundingPrediction,
+    GroundingReport,
+    GroundingSample,
+    RejectedRecord,
+    SampleResult,
+    read_rgb,
+    score,
+    score_sample,
+)
+from policy.base import Policy
+from policy.errors import PolicyParseError
+
+
+async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy, *, concurrency: int = 4,
+                             strict: bool = False, rejected: Iterable[RejectedRecord] = (), n: int = 1,
+                             on_result: Callable[[SampleResult], None] | None = None) -> GroundingReport:
+    """Ask ``policy`` for each sample's target and score the answers.
+
+    The instruction is the task, the history is empty and the observation is the screenshot in
+    RGB. At most ``concurrency`` samples are in flight (and in memory) at once. An output that does
+    not parse is a miss; policy errors other than parse errors (backend down) stop the run.
+    ``on_result`` is called as each sample is scored (for progress bars).
+    """
+    if concurrency < 1:
+        raise EnvError(f"concurrency must be at least 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+    predictions: list[GroundingPrediction | None] = [None] * len(samples)
+
+    async def one(i: int, sample: GroundingSample) -> None:
+        async with gate:
+            frame = await asyncio.to_thread(read_rgb, sample.image_path)
+            observation = Observation(frame, meta={"sample_id": sample.id, "image_path": str(sample.image_path)})
+            try:
+                decision = await policy.decide(sample.instruction, (), observation, n=n)
+                predictions[i] = GroundingPrediction.from_decision(decision)
+            except PolicyParseError as e:
+                predictions[i] = GroundingPrediction(parse_error=str(e))
+        if on_result is not None:
+            on_result(score_sample(sample, predictions[i], strict=strict))
+
+    async with asyncio.TaskGroup() as group:
+        for i, sample in enumerate(samples):
+            group.create_task(one(i, sample))
+    return score(samples, predictions, strict=strict, rejected=rejected)
