@@ -46,6 +46,10 @@ def _policy_arg(text: str) -> tuple[str, str]:
     )
 
 
+def _eval_policy_arg(text: str) -> tuple[str, str]:
+    return ("oracle", "") if text == "oracle" else _policy_arg(text)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -90,6 +94,36 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a run folder (runs/<run_id>) or an episode folder")
 
     sub.add_parser("doctor", help="check the browser, fonts, OCR models and run folder")
+    ev = sub.add_parser("eval", help="success rates on environments whose rewards are checked by code", description=(
+        "Run episodes of a suite's environments (or a grounding dataset), K at once, write their trajectories, "
+        "print a success table with 95% confidence intervals and write report.html."))
+    ev.add_argument("--suite", required=True, help="generated, miniwob, android, or screenspot (with --data)")
+    ev.add_argument("--tasks", nargs="+", help="environment names or their short names (default: the whole suite)")
+    ev.add_argument("--episodes", type=_positive_int, default=10, help="episodes per environment (seeds 0..N-1)")
+    ev.add_argument("--policy", type=_eval_policy_arg, default=("ocr", ""), metavar="POLICY",
+                    help="oracle, ocr, scripted, transformers:PATH_OR_ID or openai:URL (default: ocr)")
+    ev.add_argument("--model", help="model id (config: model.id)")
+    ev.add_argument("--format", dest="fmt", help="model family for ids without a preset")
+    ev.add_argument("--script", help="JSON list of actions for --policy scripted")
+    ev.add_argument("--parallel", type=_positive_int, default=1, help="episodes run at once, each on its own device")
+    ev.add_argument("--max-steps", type=_positive_int, help="override each environment's step budget")
+    ev.add_argument("--seed", type=int, default=0, help="first seed")
+    ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot")
+    ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    ev.add_argument("--config", help="config file (default: ./config.toml when present)")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+
+    rep = sub.add_parser("report", help="build report.html for a run folder (agent run or agent eval)")
+    rep.add_argument("run_dir", help="runs/<run_id>")
+
+    data = sub.add_parser("data", help="grounding datasets")
+    data_sub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    show_data = data_sub.add_parser("show", help="draw the boxes of a random sample of a dataset's images")
+    show_data.add_argument("file", help="a ScreenSpot / ScreenSpot-v2 JSON file, or a ScreenSpot-Pro folder")
+    show_data.add_argument("--out", help="folder for the drawn images (default: a new folder under runs/)")
+    show_data.add_argument("-n", type=_positive_int, default=16, help="how many images")
+    show_data.add_argument("--seed", type=int, default=0)
+
     envs = sub.add_parser("envs", help="list the registered environments (task suites with verifiable checks)")
     envs.add_argument("--suite", help="only this suite (e.g. generated)")
     devices = sub.add_parser("devices", help="list the screens handeye can drive: monitors, phones, browsers")
@@ -137,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_devices(args)
     if args.command == "envs":
         return _cmd_envs(args)
+    if args.command == "eval":
+        return _cmd_eval(args)
+    if args.command == "report":
+        return _cmd_report(args)
+    if args.command == "data":
+        return _cmd_data(args)
     return _cmd_doctor(args)
 
 
@@ -469,6 +509,166 @@ def _cmd_parse(args: argparse.Namespace) -> int:
         table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
                       model or "-", norm or "-", px or "-", json.dumps(details, ensure_ascii=False) if details else "")
     console.print(table)
+    return EXIT_OK
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from envs.errors import EnvError
+    from envs.registry import all_specs, spec
+    from policy.errors import PolicyError
+
+    kind, where = args.policy
+    overrides: list[str] = []
+    if kind not in ("oracle",):
+        overrides.append(f"policy.kind={json.dumps(kind)}")
+        if kind == "transformers":
+            overrides.append(f"model.id={json.dumps(where)}")
+        elif kind == "openai":
+            overrides.append(f"model.url={json.dumps(where)}")
+    for flag, key in (("model", "model.id"), ("fmt", "model.format"), ("script", "policy.script"),
+                      ("runs_dir", "record.runs_dir")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    config_path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    try:
+        cfg = load_config(config_path, overrides + list(args.overrides))
+        if args.suite == "screenspot":
+            return _eval_grounding(args, cfg, kind)
+        names = [s.name for s in all_specs(args.suite)]
+        if not names:
+            from envs.registry import REGISTRY
+
+            suites = sorted({s.suite for s in REGISTRY.values()})
+            return _error(f"no suite {args.suite!r}; suites: {', '.join(suites)} (and screenspot with --data)")
+        if args.tasks:
+            names = [spec(t if "/" in t else f"{args.suite}/{t}").name for t in args.tasks]
+        factory = _eval_policy_factory(cfg, kind)
+    except (AgentError, EnvError, PolicyError, ValueError) as e:
+        return _error(str(e))
+    return _run_eval(args, cfg, names, factory)
+
+
+def _eval_policy_factory(cfg: Any, kind: str) -> Any:
+    from agent.errors import ConfigError
+
+    if kind == "oracle":
+        from agent.oracles import oracle_for
+
+        def oracle(env: Any) -> Any:
+            policy = oracle_for(env)
+            if policy is None:
+                raise ConfigError(f"{env.name} has no oracle (only tasks whose ground truth is readable do)")
+            return policy
+
+        return oracle
+    if kind == "scripted":
+        from policy.scripted import ScriptedPolicy
+
+        if not cfg.policy.script:
+            raise ConfigError("the scripted policy needs a script: --script FILE")
+        ScriptedPolicy.from_file(cfg.policy.script)  # fail now, not in every episode
+        return lambda env: ScriptedPolicy.from_file(cfg.policy.script)
+    shared = _build_policy(cfg)  # one OCR engine or model for every episode
+    return lambda env: shared
+
+
+def _run_eval(args: argparse.Namespace, cfg: Any, names: list[str], factory: Any) -> int:
+    from agent.eval import evaluate, format_table
+    from agent.report import build_report
+
+    console = _console()
+    done = {"n": 0}
+    total = len(names) * args.episodes
+
+    def progress(result: Any) -> None:
+        done["n"] += 1
+        outcome = result.record.outcome.value if result.record.outcome else "?"
+        console.print(f"  [{done['n']}/{total}] {result.env} seed {result.seed}: {outcome}", highlight=False)
+
+    async def main() -> Any:
+        try:
+            return await evaluate(names, factory, episodes=args.episodes, parallel=args.parallel,
+                                  runs_dir=cfg.record.runs_dir, seed=args.seed, max_steps=args.max_steps,
+                                  on_episode=progress, config={"config": cfg.to_dict(), "versions": versions()})
+        finally:
+            backend = getattr(getattr(factory, "__self__", None), "backend", None)
+            if backend is not None:
+                await backend.close()
+
+    try:
+        result = asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return EXIT_INTERRUPTED
+    console.print(format_table(result))
+    report = build_report(result.run_dir)
+    console.print(f"trajectories: [bold]{result.run_dir}[/]   report: [bold]{report}[/]", soft_wrap=True)
+    return EXIT_OK
+
+
+def _eval_grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
+    import json
+
+    from agent.grounding_eval import evaluate_grounding
+    from envs.grounding import load_grounding
+
+    if not args.data:
+        return _error("--suite screenspot needs --data FILE (a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder)")
+    if kind in ("oracle", "scripted"):
+        return _error("grounding datasets are evaluated with a model or the ocr policy (--policy ocr|transformers:..|openai:..)")
+    dataset = load_grounding(args.data)
+    policy = _build_policy(cfg)
+    console = _console()
+    console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
+    for r in dataset.report.rejected[:20]:
+        console.print(f"  rejected: {r}", soft_wrap=True)
+    report = asyncio.run(evaluate_grounding(dataset.samples, policy, rejected=dataset.report.rejected))
+    console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
+                  f"unparsed {report.wrong_format}")
+    console.print(report.table("platform/element_type"))
+    from envs.trajectory import new_run_id
+
+    out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
+    console.print(f"results: [bold]{out}[/]")
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from agent.report import build_report
+    from envs.errors import RecordFormatError
+
+    try:
+        path = build_report(args.run_dir)
+    except (RecordFormatError, FileNotFoundError) as e:
+        return _error(str(e))
+    _console().print(f"report: [bold]{path}[/] (open it in a browser; no server needed)")
+    return EXIT_OK
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from envs.errors import EnvError
+    from envs.grounding import load_grounding
+    from envs.grounding_draw import draw_samples
+    from envs.trajectory import new_run_id
+
+    try:
+        dataset = load_grounding(args.file)
+    except EnvError as e:
+        return _error(str(e))
+    out = Path(args.out) if args.out else Path("runs") / f"data-{new_run_id()}"
+    paths = draw_samples(dataset.samples, out, n=args.n, seed=args.seed)
+    console = _console()
+    console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
+    for r in dataset.report.rejected[:20]:
+        console.print(f"  rejected: {r}", soft_wrap=True)
+    console.print(f"drew {len(paths)} images in [bold]{out}[/]")
     return EXIT_OK
 
 

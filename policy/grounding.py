@@ -373,16 +373,17 @@ class Instruction:
         return (self.label, *self.alternatives)
 
 
-_POLITE = r"(?:(?:please|now|then|just|kindly)\s+|请你?|然后|再)*"
+# Polite words, and a Chinese location phrase before the verb ("在菜单中选择“X”": choose X in the menu).
+_POLITE = r"(?:(?:please|now|then|just|kindly)\s+|请你?|然后|再|在[^“”「」\"']{1,12}?(?:中|里|上))*"
 _LATIN_END = r"(?![\w-])"
 _VERBS: tuple[tuple[str, ActionKind], ...] = (
     (r"double[\s-]?click" + _LATIN_END, ActionKind.DOUBLE_CLICK),
     (r"right[\s-]?click" + _LATIN_END, ActionKind.RIGHT_CLICK),
     (r"(?:hover(?:\s+(?:over|on))?|mouse[\s-]?over)" + _LATIN_END, ActionKind.HOVER),
-    (r"(?:click|tap|press|select|choose|open)" + _LATIN_END, ActionKind.CLICK),
+    (r"(?:click|tap|press|select|choose|open|check|tick|toggle)" + _LATIN_END, ActionKind.CLICK),
     (r"双击", ActionKind.DOUBLE_CLICK),
     (r"右键(?:点击|单击)|右击", ActionKind.RIGHT_CLICK),
-    (r"点击|单击|轻触|轻点|选择|打开", ActionKind.CLICK),
+    (r"点击|单击|轻触|轻点|点按|选择|选中|勾选|打开", ActionKind.CLICK),
 )
 _VERB_RES = tuple((re.compile(r"^\s*" + _POLITE + "(?:" + verb + ")", re.IGNORECASE), kind) for verb, kind in _VERBS)
 
@@ -401,7 +402,7 @@ _TRAILING_PUNCT = re.compile(r"[\s.!?;,。！？；，、]+$")
 _ROLE_LATIN = re.compile(
     r"\s+(?:button|link|tab|icon|menu\s+item|menu|item|option|checkbox|check\s+box|field)$", re.IGNORECASE
 )
-_ROLE_CJK = re.compile(r"(?:按钮|链接|选项|图标|菜单)$")
+_ROLE_CJK = re.compile(r"(?:按钮|链接|选项|图标|菜单|复选框|标签页)$")
 
 
 def _quoted(text: str) -> str | None:

@@ -159,3 +159,46 @@ def test_envs_lists_the_registry():
     assert r.returncode == 0 and "generated/click" in r.stdout and "generated/absent" in r.stdout
     r = agent("envs", "--suite", "nope")
     assert r.returncode == 2 and "no environments in suite 'nope'" in r.stdout
+
+
+def test_eval_with_the_oracle_writes_trajectories_a_table_and_a_report(tmp_path):
+    r = agent("eval", "--suite", "generated", "--tasks", "click", "absent", "--policy", "oracle", "--episodes", "2",
+              "--parallel", "2", "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2/2" in r.stdout and "report.html" in r.stdout
+    (run_dir,) = tmp_path.iterdir()
+    assert (run_dir / "report.html").exists() and (run_dir / "eval.json").exists()
+    assert len([e for e in iter_episodes(run_dir)]) == 4
+    r = agent("report", str(run_dir))
+    assert r.returncode == 0 and "report.html" in r.stdout
+    r = agent("eval", "--suite", "generated", "--tasks", "clik", "--runs-dir", str(tmp_path))
+    assert r.returncode == 2 and "did you mean generated/click" in r.stdout
+    r = agent("eval", "--suite", "nope", "--runs-dir", str(tmp_path))
+    assert r.returncode == 2 and "no suite 'nope'" in r.stdout
+    r = agent("eval", "--suite", "miniwob", "--tasks", "enter-text", "--policy", "oracle", "--episodes", "1",
+              "--runs-dir", str(tmp_path / "mw"))
+    # An environment without an oracle: the episode is aborted with the reason, the evaluation still ends.
+    assert r.returncode == 0 and "aborted" in r.stdout, r.stdout
+    assert "has no oracle" in (r.stdout + r.stderr).replace("\n", " ")
+
+
+def test_data_show_draws_boxes_and_lists_rejected_records(tmp_path):
+    import cv2
+    import numpy as np
+
+    images = tmp_path / "screenspot_imgs"
+    images.mkdir()
+    cv2.imwrite(str(images / "a.png"), np.full((100, 200, 3), 255, np.uint8))
+    records = [
+        {"img_filename": "a.png", "bbox": [20, 10, 40, 30], "instruction": "the box", "data_type": "icon",
+         "data_source": "web"},
+        {"img_filename": "../../etc/passwd", "bbox": [1, 1, 2, 2], "instruction": "escape", "data_type": "text",
+         "data_source": "web"},
+    ]
+    (tmp_path / "screenspot_web.json").write_text(json.dumps(records))
+    r = agent("data", "show", str(tmp_path / "screenspot_web.json"), "--out", str(tmp_path / "out"), "-n", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 samples loaded, 1 rejected" in r.stdout and "unsafe" in r.stdout, r.stdout
+    assert len(list((tmp_path / "out").glob("*.png"))) == 1
+    r = agent("data", "show", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "missing.json" in r.stdout

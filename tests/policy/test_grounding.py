@@ -289,3 +289,23 @@ def test_parse_instruction(instruction: str, kind: ActionKind, label: str) -> No
 )
 def test_unsupported_instructions_are_none(instruction: str) -> None:
     assert parse_instruction(instruction) is None
+
+
+@pytest.mark.parametrize(
+    "instruction, label",
+    [
+        ("在列表中选择“刷新”", "刷新"),
+        ("在菜单中选择“导出”", "导出"),
+        ("勾选“首页”复选框", "首页"),
+        ("打开“设置”标签页", "设置"),
+        ('Check the "Home" checkbox', "Home"),
+        ('Select "Refresh" in the list', "Refresh"),
+    ],
+)
+def test_location_phrases_and_checkbox_verbs(instruction, label):
+    parsed = parse_instruction(instruction)
+    assert parsed is not None and parsed.label == label and parsed.kind is ActionKind.CLICK
+
+
+def test_a_place_name_is_not_a_verb():
+    assert parse_instruction("在线客服") is None
