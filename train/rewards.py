@@ -1,0 +1,423 @@
+"""Verifiable rewards for GUI grounding: InfiGUI-G1 (AEPO) and GUI-R1.
+
+Pure functions of (model response, ground truth); no torch. Each returns a
+``RewardResult`` whose ``total`` is the scalar the trainer uses, whose ``parts``
+are logged under their own names, and whose ``info`` carries diagnostics.
+
+Two variants per reward:
+
+- ``variant="code"`` (default) reproduces the released training code, quirks
+  included (InfiGUI-G1 ``recipe/infigui-g1/reward_fn.py``; GUI-R1
+  ``verl/utils/reward_score/r1gui.py``), as described in
+  ``shared/research/algorithms.md`` §1.3 and §2.2.
+- ``variant="paper"`` follows the formula printed in the paper (§1.2, §2.2).
+
+A response that does not parse is never an exception: it scores the format
+failure value. Malformed *ground truth* is a caller bug and raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Variant = Literal["code", "paper"]
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RewardResult:
+    """One response's reward: the scalar, its named parts, and diagnostics."""
+
+    total: float
+    parts: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in ("code", "paper"):
+        raise ValueError(f"variant must be 'code' or 'paper', got {variant!r}")
+
+
+# ---------------------------------------------------------------------------
+# InfiGUI-G1 / AEPO
+# ---------------------------------------------------------------------------
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def _think_gate(response: str) -> tuple[str | None, str]:
+    """The answer after ``</think>``, or None and the reason the gate failed."""
+    if not response.startswith(THINK_OPEN):
+        return None, "response does not start with <think>"
+    if response.count(THINK_OPEN) != 1 or response.count(THINK_CLOSE) != 1:
+        return None, "need exactly one <think> and one </think>"
+    thinking, _, answer = response[len(THINK_OPEN) :].partition(THINK_CLOSE)
+    if not thinking.strip():
+        return None, "empty thinking"
+    if not answer.strip():
+        return None, "nothing after </think>"
+    return answer, ""
+
+
+def _first_balanced_list(text: str) -> str | None:
+    """Text from the first ``[`` to the ``]`` that closes it (plain bracket counting,
+    as the released parser does; brackets inside JSON strings are not special)."""
+    start = text.find("[")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "[":
+            depth += 1
+        elif text[i] == "]":
+            depth -= 1
+            if depth == 0:
+                return text[start : i + 1]
+    return None
+
+
+def parse_point_list(answer: str) -> list[tuple[float, float]] | None:
+    """The ``[{"point_2d": [x, y]}, ...]`` list in ``answer``, or None if malformed.
+
+    Every item must be a dict with a ``point_2d`` of exactly two finite numbers;
+    one bad item rejects the whole list (the reward parser is all-or-nothing).
+    """
+    snippet = _first_balanced_list(answer)
+    if snippet is None:
+        return None
+    try:
+        data = json.loads(snippet)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, list):
+        return None
+    points: list[tuple[float, float]] = []
+    for item in data:
+        if not isinstance(item, dict):
+            return None
+        p = item.get("point_2d")
+        if not isinstance(p, list) or len(p) != 2 or not all(_is_number(v) for v in p):
+            return None
+        points.append((p[0], p[1]))
+    return points
+
+
+def is_collinear(points: Sequence[tuple[float, float]]) -> bool:
+    """True if any three points lie on one line (N >= 3 only; a repeated point
+    makes every triple containing it collinear). Exact for integers."""
+    if len(points) < 3:
+        return False
+    for (x1, y1), (x2, y2), (x3, y3) in itertools.combinations(points, 3):
+        lhs, rhs = (y2 - y1) * (x3 - x1), (y3 - y1) * (x2 - x1)
+        if lhs == rhs:
+            return True
+        if not (isinstance(lhs, int) and isinstance(rhs, int)) and math.isclose(lhs, rhs):
+            return True
+    return False
+
+
+def _check_box(box: Sequence[float]) -> Box:
+    if len(box) != 4 or not all(_is_number(v) for v in box):
+        raise ValueError(f"ground-truth box must be 4 finite numbers (x1, y1, x2, y2), got {box!r}")
+    x1, y1, x2, y2 = box
+    if x1 > x2 or y1 > y2:
+        raise ValueError(f"ground-truth box needs x1 <= x2 and y1 <= y2, got {box!r}; pass corners in that order")
+    return (x1, y1, x2, y2)
+
+
+def aepo_reward(
+    response: str,
+    box: tuple[float, float, float, float] | None,
+    *,
+    think: bool = True,
+    variant: Variant = "code",
+) -> RewardResult:
+    """Adaptive Exploration Reward of InfiGUI-G1 for one response.
+
+    ``box`` is the target's (x1, y1, x2, y2) in the pixel space of the image the
+    model saw, or None for a negative sample (the target is not on screen).
+    ``think=False`` is the dataset's ``no_think`` mode: no tag gate, the whole
+    response is the answer.
+
+    With N points and k the 1-based rank of the first point inside the box
+    (inclusive edges), parts are ``format`` (R_fmt) and ``accuracy`` (R_acc),
+    and ``total = format + accuracy`` in both variants:
+
+    ===============================  ================  ==================
+    case                             code              paper
+    ===============================  ================  ==================
+    think gate / parse failure       0 + -1 = -1       0 + -1 = -1
+    N >= 3 with a collinear triple   0 + -1 = -1       1 + -1 = 0
+    hit at rank k                    1 + 1/sqrt(N k)   same, (1, 2]
+    miss                             1 - 1/N           same, [0, 1)
+    empty list, target present       1 + -1 = 0        same
+    empty list, negative sample      1 + 1 = 2         same
+    any point, negative sample       1 - 1/N (miss)    same
+    ===============================  ================  ==================
+
+    The paper leaves R_acc undefined when the answer does not parse; we use -1
+    there too (the released value), so a malformed answer is never better than a
+    collinear one. For negatives, "nothing is there" spends no proposals and no
+    verification: it is the cheapest possible success, and the best hit on a
+    positive sample (N = k = 1) scores 1 + 1/sqrt(1) = 2, so a correct
+    abstention gets exactly that maximum -- abstaining is never worth more than
+    finding the target, and never less.
+    """
+    _check_variant(variant)
+    negative = box is None
+    gt = None if negative else _check_box(box)
+    info: dict[str, Any] = {
+        "num_pred": 0,
+        "has_correct": False,
+        "first_correct": False,
+        "rank": None,
+        "is_collinear": False,
+        "negative": negative,
+        "format_ok": False,
+        "error": "",
+    }
+
+    def fail(reason: str) -> RewardResult:
+        info["error"] = reason
+        return RewardResult(-1.0, {"format": 0.0, "accuracy": -1.0}, info)
+
+    answer = response
+    if think:
+        answer, reason = _think_gate(response)
+        if answer is None:
+            return fail(reason)
+    points = parse_point_list(answer)
+    if points is None:
+        return fail("no valid point list: need [{\"point_2d\": [x, y]}, ...]")
+    n = len(points)
+    info["num_pred"] = n
+
+    if is_collinear(points):
+        info["is_collinear"] = True
+        info["format_ok"] = variant == "paper"
+        fmt = 1.0 if variant == "paper" else 0.0
+        return RewardResult(fmt - 1.0, {"format": fmt, "accuracy": -1.0}, info)
+    info["format_ok"] = True
+
+    if n == 0:
+        acc = 1.0 if negative else -1.0
+        info["has_correct"] = info["first_correct"] = negative
+        return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
+
+    rank = None
+    if gt is not None:
+        x1, y1, x2, y2 = gt
+        rank = next((i for i, (x, y) in enumerate(points, 1) if x1 <= x <= x2 and y1 <= y <= y2), None)
+    if rank is None:
+        acc = -1.0 / n
+    else:
+        acc = 1.0 / math.sqrt(n * rank)
+        info.update(has_correct=True, first_correct=rank == 1, rank=rank)
+    return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
+
+
+# ---------------------------------------------------------------------------
+# GUI-R1
+# ---------------------------------------------------------------------------
+
+_FORMAT_RE = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# Released regexes: \w+ so 'close/delete' never matches; \d+ so negative points never match.
+_ACTION_RE = {"code": re.compile(r"'action':\s*'(\w+)'"), "paper": re.compile(r"'action':\s*'([^']+)'")}
+_TEXT_RE = re.compile(r"'input_text':\s*'(.*?)'")
+_POINT_RE = {
+    "code": re.compile(r"\[\s*(\d+)\s*,\s*(\d+)\s*\]"),
+    "paper": re.compile(r"\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]"),
+}
+NEEDS_TEXT = frozenset({"type", "select", "open_app"})
+SCROLL_DIRECTIONS = frozenset({"up", "down", "left", "right"})
+F1_ACTIONS = frozenset({"type", "select", "scroll"})  # released accuracy: text compared by F1
+PAPER_TEXT_ACTIONS = F1_ACTIONS | {"open_app"}
+DEFAULT_TEXT = "no input text"
+CLICK_RADIUS_PX = 140.0
+
+
+def token_f1(pred: str, gt: str) -> float:
+    """GUI-R1 text match: lower-case, strip surrounding ``[``/``]``, whitespace-split
+    into token sets. Two single tokens where one contains the other score 1 (so
+    "a" vs "apple" is 1); otherwise set-overlap F1, 0 when nothing overlaps."""
+    p_tokens = pred.lower().strip().strip("[]").split()
+    g_tokens = gt.lower().strip().strip("[]").split()
+    if len(p_tokens) == 1 and len(g_tokens) == 1 and (p_tokens[0] in g_tokens[0] or g_tokens[0] in p_tokens[0]):
+        return 1.0
+    p_set, g_set = set(p_tokens), set(g_tokens)
+    common = len(p_set & g_set)
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p_set), common / len(g_set)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _answer_text(response: str) -> str | None:
+    m = _ANSWER_RE.search(response)
+    return m.group(1) if m else None
+
+
+def guir1_format_ok(response: str) -> tuple[bool, str]:
+    """R_f of GUI-R1: tags, a literal list of action dicts, and per-action text rules."""
+    if not _FORMAT_RE.fullmatch(response):
+        return False, "not <think>...</think> <answer>...</answer>"
+    answer = _answer_text(response) or ""
+    try:
+        data = ast.literal_eval(answer.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, "answer is not a Python literal"
+    if not isinstance(data, list) or not data:
+        return False, "answer is not a non-empty list"
+    for item in data:
+        if not isinstance(item, dict) or not {"action", "point", "input_text"} <= item.keys():
+            return False, "item lacks action/point/input_text"
+        action, point, text = item["action"], item["point"], item["input_text"]
+        if not isinstance(action, str) or not isinstance(text, str):
+            return False, "action and input_text must be strings"
+        if not isinstance(point, (list, tuple)) or len(point) != 2:
+            return False, "point must be [x, y]"
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in point):
+            return False, "point coordinates must be integers"
+        if action in NEEDS_TEXT and text == DEFAULT_TEXT:
+            return False, f"{action} needs input text"
+        if action == "scroll" and text not in SCROLL_DIRECTIONS:
+            return False, "scroll needs a direction (up/down/left/right)"
+    return True, ""
+
+
+def _point_hits(point: tuple[int, int], gt: Sequence[float]) -> tuple[bool, float | None]:
+    """Released click test: 2 numbers = point, hit if distance < 140 px; 4 = box, hit if strictly inside."""
+    x, y = point
+    if len(gt) == 2:
+        dist = math.hypot(x - gt[0], y - gt[1])
+        return dist < CLICK_RADIUS_PX, dist
+    x1, y1, x2, y2 = gt
+    return (x1 < x < x2 and y1 < y < y2), None
+
+
+def guir1_reward(
+    response: str,
+    gt_action: str,
+    gt_box_or_point: Sequence[float] | None,
+    gt_text: str | None,
+    *,
+    variant: Variant = "code",
+    alpha: float = 0.2,
+    beta: float = 0.8,
+) -> RewardResult:
+    """GUI-R1 reward for one response.
+
+    ``gt_box_or_point`` is [x, y] or [x1, y1, x2, y2] in the resized training
+    image's pixels, or None when the action has no location. A negative sample
+    (the task cannot be done here) is ``gt_action="impossible"`` with no
+    location; it is rewarded like any location-free action, on the action
+    name alone.
+
+    code: ``total = 0.8 * accuracy + 0.2 * format``, both in {0, 1}; accuracy is
+    gated on the action name (read by regex, so names with '/' never match and
+    negative points fall back to [0, 0]); click needs the point hit; type /
+    select / scroll need token F1 >= 0.5; any other action scores on the name.
+    ``alpha``/``beta`` are ignored (fixed at 0.2/0.8, as released).
+
+    paper: ``total = alpha * R_f + beta * (R_act + R_point + R_text)``, each term
+    in {0, 1}, summed, not gated. A term that does not apply to the ground truth
+    (no location; not a text action or no gt_text) copies R_act, so every
+    correct answer scores alpha + 3 beta whatever its action. The paper variant
+    reads action names containing '/' and negative coordinates.
+    """
+    _check_variant(variant)
+    gt_action = gt_action.lower()
+    if gt_box_or_point is not None:
+        if len(gt_box_or_point) not in (2, 4) or not all(_is_number(v) for v in gt_box_or_point):
+            raise ValueError(f"gt_box_or_point must be [x, y] or [x1, y1, x2, y2], got {gt_box_or_point!r}")
+    if gt_action == "click" and gt_box_or_point is None:
+        raise ValueError("a click ground truth needs gt_box_or_point; got None")
+    if gt_action in F1_ACTIONS and gt_text is None:
+        raise ValueError(f"a {gt_action!r} ground truth needs gt_text; got None")
+
+    fmt_ok, fmt_error = guir1_format_ok(response)
+    fmt = 1.0 if fmt_ok else 0.0
+    source = _answer_text(response)
+    source = response if source is None else source
+    m = _ACTION_RE[variant].search(source)
+    pred_action = m.group(1).lower() if m else None
+    m = _TEXT_RE.search(source)
+    pred_text = m.group(1) if m else ""
+    m = _POINT_RE[variant].search(source)
+    pred_point = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+    action_ok = pred_action == gt_action
+    info: dict[str, Any] = {
+        "pred_action": pred_action,
+        "pred_point": pred_point,
+        "pred_text": pred_text,
+        "format_ok": fmt_ok,
+        "error": fmt_error,
+        "f1": None,
+        "distance": None,
+    }
+
+    if variant == "code":
+        acc = 0.0
+        if action_ok:
+            if gt_action == "click":
+                hit, info["distance"] = _point_hits(pred_point, gt_box_or_point)
+                acc = float(hit)
+            elif gt_action in F1_ACTIONS:
+                info["f1"] = token_f1(pred_text, gt_text)
+                acc = float(info["f1"] >= 0.5)
+            else:
+                acc = 1.0
+        return RewardResult(0.8 * acc + 0.2 * fmt, {"format": fmt, "accuracy": acc}, info)
+
+    r_act = float(action_ok)
+    if gt_box_or_point is not None:
+        hit, info["distance"] = _point_hits(pred_point, gt_box_or_point)
+        r_point = float(hit)
+    else:
+        r_point = r_act
+    if gt_action in PAPER_TEXT_ACTIONS and gt_text is not None:
+        info["f1"] = token_f1(pred_text, gt_text)
+        r_text = float(info["f1"] >= 0.5)
+    else:
+        r_text = r_act
+    total = alpha * fmt + beta * (r_act + r_point + r_text)
+    return RewardResult(total, {"format": fmt, "action": r_act, "point": r_point, "text": r_text}, info)
+
+
+# ---------------------------------------------------------------------------
+# Registry: the trainer config names a reward, this maps the name to a callable.
+# ---------------------------------------------------------------------------
+
+RewardFn = Callable[..., RewardResult]
+
+REWARDS: dict[str, RewardFn] = {
+    "aepo": aepo_reward,
+    "aepo_paper": functools.partial(aepo_reward, variant="paper"),
+    "guir1": guir1_reward,
+    "guir1_paper": functools.partial(guir1_reward, variant="paper"),
+}
+
+
+def get_reward(name: str) -> RewardFn:
+    """The reward function registered as ``name``; unknown names say the closest one."""
+    try:
+        return REWARDS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, REWARDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise KeyError(f"unknown reward {name!r}{hint} (known: {sorted(REWARDS)})") from None
