@@ -633,10 +633,14 @@ def _eval_grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
     console.print(report.table("platform/element_type"))
     from envs.trajectory import new_run_id
 
-    out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
-    console.print(f"results: [bold]{out}[/]")
+    from agent.report import build_grounding_report
+
+    out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}"
+    out.mkdir(parents=True, exist_ok=True)
+    result = report.to_dict()
+    (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
+    page = build_grounding_report(result, out / "report.html", title=f"grounding evaluation of {args.data}")
+    console.print(f"results: [bold]{out / 'results.json'}[/]   report: [bold]{page}[/]")
     return EXIT_OK
 
 

@@ -314,3 +314,45 @@ def build_report(run_dir: str | Path) -> Path:
     out = run_dir / "report.html"
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def build_grounding_report(result: dict[str, Any], out: str | Path, title: str = "grounding evaluation") -> Path:
+    """A self-contained HTML page for a grounding evaluation (``GroundingReport.to_dict()``): totals,
+    every breakdown, the records rejected at load (file, index, reason) and one row per sample."""
+    import html as _html
+
+    esc = _html.escape
+    out = Path(out)
+    parts = [
+        "<!doctype html><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse;margin:8px 0 20px}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+        ".bad{color:#b00020}</style>",
+        f"<h1>{esc(title)}</h1>",
+        f"<p>top-1 accuracy <b>{result['accuracy']:.1%}</b> ({result['correct']}/{result['total']}), any-candidate "
+        f"<b>{result['any_accuracy']:.1%}</b>, unparsed {result['wrong_format']}; hit test {esc(result['hit_test'])}</p>",
+    ]
+    for by, rows in result["breakdowns"].items():
+        parts.append(f"<h2>by {esc(by)}</h2><table><tr><th>{esc(by)}</th><th>n</th><th>top-1</th><th>any</th></tr>")
+        for r in rows:
+            parts.append(f"<tr><td>{esc(str(r['key']) or '-')}</td><td>{r['total']}</td>"
+                         f"<td>{r['accuracy']:.1%}</td><td>{r['any_accuracy']:.1%}</td></tr>")
+        parts.append("</table>")
+    rejected = result.get("rejected", [])
+    parts.append(f"<h2 id='rejected'>records rejected at load ({len(rejected)})</h2>")
+    if rejected:
+        parts.append("<table class='bad'><tr><th>file</th><th>index</th><th>kind</th><th>reason</th></tr>")
+        for r in rejected:
+            parts.append(f"<tr><td>{esc(r['file'])}</td><td>{r['index']}</td><td>{esc(r['kind'])}</td>"
+                         f"<td>{esc(r['reason'])}</td></tr>")
+        parts.append("</table>")
+    parts.append("<h2>samples</h2><table><tr><th>id</th><th>outcome</th><th>any hit</th><th>points</th>"
+                 "<th>parse error</th></tr>")
+    for s in result.get("samples", []):
+        points = ", ".join(f"({x:.3f}, {y:.3f})" for x, y in s["points"])
+        parts.append(f"<tr><td>{esc(str(s['id']))}</td><td>{esc(s['outcome'])}</td><td>{s['any_hit']}</td>"
+                     f"<td>{points}</td><td>{esc(s['parse_error'] or '')}</td></tr>")
+    parts.append("</table>")
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return out

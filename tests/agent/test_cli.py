@@ -202,3 +202,29 @@ def test_data_show_draws_boxes_and_lists_rejected_records(tmp_path):
     assert len(list((tmp_path / "out").glob("*.png"))) == 1
     r = agent("data", "show", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "missing.json" in r.stdout
+
+
+def test_grounding_eval_counts_bad_records_and_lists_them_in_its_report(tmp_path):
+    import cv2
+    import numpy as np
+
+    images = tmp_path / "screenspot_imgs"
+    images.mkdir()
+    image = np.full((120, 320, 3), 255, np.uint8)
+    cv2.putText(image, "Save", (40, 70), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
+    cv2.imwrite(str(images / "a.png"), image)
+    records = [
+        {"img_filename": "a.png", "bbox": [30, 35, 100, 50], "instruction": "click Save", "data_type": "text",
+         "data_source": "web"},
+        {"img_filename": "a.png", "bbox": [300, 100, 50, 50], "instruction": "outside", "data_type": "icon",
+         "data_source": "web"},
+    ]
+    (tmp_path / "screenspot_web.json").write_text(json.dumps(records))
+    r = agent("eval", "--suite", "screenspot", "--data", str(tmp_path / "screenspot_web.json"), "--policy", "ocr",
+              "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 samples loaded, 1 rejected" in r.stdout and "top-1 accuracy 1.000" in r.stdout
+    (out,) = (tmp_path / "runs").iterdir()
+    page = (out / "report.html").read_text()
+    assert "records rejected at load (1)" in page and "box_outside" in page
+    assert json.loads((out / "results.json").read_text())["correct"] == 1
