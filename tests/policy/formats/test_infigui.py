@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.policy.formats.fuzz import apply_mutations
+
 from devices.actions import Action, ActionKind, Point
 from policy.base import HistoryEntry
 from policy.errors import CoordinateError, FormatParseError
@@ -230,24 +232,7 @@ _MUTATION = st.tuples(st.sampled_from(["insert", "delete", "replace", "number", 
 @PROPS
 @given(st.sampled_from(VALID), st.lists(_MUTATION, min_size=1, max_size=4))
 def test_mutated_outputs_only_raise_format_errors(text: str, mutations: list) -> None:
-    for op, frac, s in mutations:
-        i = int(frac * (len(text) + 1)) if op == "insert" else int(frac * len(text))
-        if op == "insert":
-            text = text[:i] + s + text[i:]
-        elif op == "delete" and text:
-            text = text[:i] + text[i + 1:]
-        elif op == "replace" and text:
-            text = text[:i] + s + text[i + 1:]
-        elif op == "number":
-            digits = [j for j, c in enumerate(text) if c.isdigit()]
-            if digits:
-                j = digits[int(frac * len(digits))]
-                text = text[:j] + s + text[j + 1:]
-        elif op == "drop_bracket":
-            brackets = [j for j, c in enumerate(text) if c in "[]{}"]
-            if brackets:
-                j = brackets[int(frac * len(brackets))]
-                text = text[:j] + text[j + 1:]
+    text = apply_mutations(text, mutations)
     _check(text)
 
 

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.policy.formats.fuzz import mutated_outputs
+
 from devices.actions import Action, ActionKind, Point
 from policy.base import HistoryEntry
 from policy.coords import CoordMode
@@ -309,30 +311,8 @@ NOISE = st.sampled_from(list("'\"[](),=<>/\\- 0123456789abcxyz\n") + ["\n\n", "A
                                                                         "-100", "1e309", "**", "')"])
 
 
-@st.composite
-def mutated(draw):
-    text = draw(st.sampled_from(VALID))
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["insert", "delete", "replace", "number", "drop"]))
-        i = draw(st.integers(0, len(text)))
-        if op == "insert":
-            text = text[:i] + draw(NOISE) + text[i:]
-        elif op == "delete":
-            text = text[:i] + text[i + draw(st.integers(1, 8)):]
-        elif op == "replace" and i < len(text):
-            text = text[:i] + draw(NOISE) + text[i + 1:]
-        elif op == "number":
-            nums = list(re.finditer(r"-?\d+", text))
-            if nums:
-                m = draw(st.sampled_from(nums))
-                new = str(draw(st.one_of(st.integers(-10**6, 10**6), st.sampled_from([0, -100, 1932, 1933, 1092]))))
-                text = text[:m.start()] + new + text[m.end():]
-        elif op == "drop":
-            spots = [k for k, c in enumerate(text) if c in "'\"()[]"]
-            if spots:
-                k = draw(st.sampled_from(spots))
-                text = text[:k] + text[k + 1:]
-    return text
+def mutated():
+    return mutated_outputs(VALID, NOISE, [0, -100, 1932, 1933, 1092], "'\"()[]")
 
 
 def _check(text: str, space, preset) -> None:
