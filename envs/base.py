@@ -49,3 +49,29 @@ class Env(Protocol):
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict] | None: ...
 
     async def close(self) -> None: ...
+
+
+class OwnsDevice:
+    """Device ownership for environments: a device passed in is borrowed (the caller closes it);
+    otherwise the environment creates one on first reset and closes it in ``close``."""
+
+    name: str
+    _device: Any
+    _owns_device: bool
+
+    def _adopt_device(self, device: Any) -> None:
+        self._device = device
+        self._owns_device = device is None
+
+    @property
+    def device(self) -> Any:
+        if self._device is None:
+            from envs.errors import EnvError
+
+            raise EnvError(f"{self.name}: no device yet; call `await env.reset()` first")
+        return self._device
+
+    async def _close_owned_device(self) -> None:
+        if self._owns_device and self._device is not None:
+            await self._device.close()
+            self._device = None

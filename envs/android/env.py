@@ -22,12 +22,12 @@ from devices.actions import Action, ActionKind, Point
 from devices.android import AndroidConfig, AndroidDevice
 from devices.base import Observation
 from envs.android.tasks import TASKS, AndroidTask, PlanStep, StepKind
-from envs.base import StepVerdict
+from envs.base import OwnsDevice, StepVerdict
 from envs.errors import EnvError
 from envs.tasks import Verdict
 
 
-class AndroidTaskEnv:
+class AndroidTaskEnv(OwnsDevice):
     """An Android task on a phone (see the module docstring)."""
 
     def __init__(
@@ -50,8 +50,7 @@ class AndroidTaskEnv:
         if self.max_steps < 1:
             raise EnvError(f"max_steps={self.max_steps} must be at least 1")
         self.config = AndroidConfig(serial=serial, adb_host=adb_host, adb_port=adb_port)
-        self._device = device
-        self._owns_device = device is None
+        self._adopt_device(device)
         self._rng = random.Random()
         self.task: AndroidTask | None = None
         self._set_up = False
@@ -60,12 +59,6 @@ class AndroidTaskEnv:
         self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
-    @property
-    def device(self) -> AndroidDevice:
-        if self._device is None:
-            raise EnvError(f"{self.name}: no device yet; call `await env.reset()` first")
-        return self._device
-
     async def _ensure_device(self) -> AndroidDevice:
         if self._device is None:
             device = AndroidDevice(self.config)
@@ -103,9 +96,7 @@ class AndroidTaskEnv:
         try:
             await self._tear_down()
         finally:
-            if self._owns_device and self._device is not None:
-                await self._device.close()
-                self._device = None
+            await self._close_owned_device()
 
     # -- stepping -------------------------------------------------------------------------------
     def _task(self) -> AndroidTask:

@@ -20,7 +20,7 @@ from typing import Any
 from devices.actions import Action, ActionKind
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
-from envs.base import StepVerdict
+from envs.base import OwnsDevice, StepVerdict
 from envs.errors import EnvError
 from envs.generated.layout import PlanStep, Role, Screen, ScreenParams, TaskKind, generate
 from envs.tasks import Verdict
@@ -32,7 +32,7 @@ _STATE_JS = """() => {
 }"""
 
 
-class GeneratedEnv:
+class GeneratedEnv(OwnsDevice):
     """Procedurally generated screens with exact ground truth (see the module docstring)."""
 
     def __init__(
@@ -52,20 +52,13 @@ class GeneratedEnv:
         self.max_steps = max_steps if max_steps is not None else default_steps
         if self.max_steps < 1:
             raise EnvError(f"max_steps={self.max_steps} must be at least 1")
-        self._device = device
-        self._owns_device = device is None
+        self._adopt_device(device)
         self._rng = random.Random()
         self.screen: Screen | None = None
         self.steps = 0
         self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
-    @property
-    def device(self) -> PlaywrightDevice:
-        if self._device is None:
-            raise EnvError(f"{self.name}: no device yet; call `await env.reset()` first")
-        return self._device
-
     async def _ensure_device(self) -> PlaywrightDevice:
         width, height = self.params.size
         if self._device is None:
@@ -101,9 +94,7 @@ class GeneratedEnv:
         return obs, info
 
     async def close(self) -> None:
-        if self._owns_device and self._device is not None:
-            await self._device.close()
-            self._device = None
+        await self._close_owned_device()
 
     # -- stepping -------------------------------------------------------------------------------
     def _screen(self) -> Screen:

@@ -34,7 +34,7 @@ from typing import Any
 from devices.actions import Action, ActionKind, Point
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
-from envs.base import StepVerdict
+from envs.base import OwnsDevice, StepVerdict
 from envs.errors import EnvError
 from envs.site import LocalSite
 
@@ -132,7 +132,7 @@ def html_root() -> Path:
     return path
 
 
-class MiniWobEnv:
+class MiniWobEnv(OwnsDevice):
     """One MiniWoB++ task (see the module docstring)."""
 
     def __init__(
@@ -155,8 +155,7 @@ class MiniWobEnv:
         self.zoom = float(device.config.device_scale_factor) if device is not None else float(zoom)
         self.ready_timeout_s = ready_timeout_s
         self._html_dir = Path(html_dir) if html_dir is not None else None
-        self._device = device
-        self._owns_device = device is None
+        self._adopt_device(device)
         self._site: LocalSite | None = None
         self._rng = random.Random()
         self.steps = 0
@@ -165,12 +164,6 @@ class MiniWobEnv:
         self._started = False
 
     # -- life cycle -----------------------------------------------------------------------------
-    @property
-    def device(self) -> PlaywrightDevice:
-        if self._device is None:
-            raise EnvError(f"{self.name}: no device yet; call `await env.reset()` first")
-        return self._device
-
     def _page_url(self) -> str:
         root = self._html_dir or html_root()
         if not (root / "miniwob" / f"{self.task}.html").is_file():
@@ -237,9 +230,7 @@ class MiniWobEnv:
                            f"{self.ready_timeout_s:g} s)") from e
 
     async def close(self) -> None:
-        if self._owns_device and self._device is not None:
-            await self._device.close()
-            self._device = None
+        await self._close_owned_device()
         if self._site is not None:
             self._site.close()
             self._site = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from functools import lru_cache
 
 import pytest
