@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from devices.actions import Action, ActionKind, ScrollDirection
-from devices.base import ActionResult, Box, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, Observation
 from devices.errors import (
     DeviceDisconnected,
     DeviceError,
@@ -475,7 +475,7 @@ def list_devices(host: str = "127.0.0.1", port: int = 5037) -> list[AndroidDevic
     ]
 
 
-class AndroidDevice:
+class AndroidDevice(AsyncContextDevice):
     """One Android phone. Use as ``async with AndroidDevice(AndroidConfig(serial=...)) as dev:``."""
 
     name = "android"
@@ -498,13 +498,6 @@ class AndroidDevice:
     @property
     def supported_actions(self) -> frozenset[ActionKind]:
         return ANDROID_ACTIONS
-
-    async def __aenter__(self) -> AndroidDevice:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         if self._client is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
@@ -127,3 +127,20 @@ class Device(Protocol):
     def describe(self) -> dict[str, Any]:
         """Facts about the device for the episode record (kind, size, versions)."""
         ...
+
+
+class AsyncContextDevice:
+    """``async with Driver(...) as device:`` starts the device and always closes it."""
+
+    async def start(self) -> None:  # pragma: no cover - every driver defines it
+        raise NotImplementedError
+
+    async def close(self) -> None:  # pragma: no cover - every driver defines it
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

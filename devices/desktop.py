@@ -40,7 +40,7 @@ import cv2
 import numpy as np
 
 from devices.actions import Action, ActionKind, ScrollDirection
-from devices.base import ActionResult, Box, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, Observation
 from devices.errors import (
     DeviceDisconnected,
     DeviceError,
@@ -344,7 +344,7 @@ def _same_display(a: str, b: str) -> bool:
 # -- the device -----------------------------------------------------------------------------------
 
 
-class DesktopDevice:
+class DesktopDevice(AsyncContextDevice):
     """One monitor of an X11 display. Use as ``async with DesktopDevice(cfg) as dev:``.
 
     All X calls run on one worker thread of the device's own (mss and python-xlib connections are
@@ -378,13 +378,6 @@ class DesktopDevice:
     @property
     def supported_actions(self) -> frozenset[ActionKind]:
         return DESKTOP_ACTIONS
-
-    async def __aenter__(self) -> DesktopDevice:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # -- life cycle ---------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from devices.actions import Action, ActionKind, ScrollDirection
-from devices.base import ActionResult, Box, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, Observation
 from devices.browser import find_browser, has_cjk_font
 from devices.errors import (
     DeviceDisconnected,
@@ -171,7 +171,7 @@ def check_url(url: str) -> str:
     return url
 
 
-class PlaywrightDevice:
+class PlaywrightDevice(AsyncContextDevice):
     """A Chromium page. Use as ``async with PlaywrightDevice(cfg, url=...) as dev:``."""
 
     name = "web"
@@ -210,13 +210,6 @@ class PlaywrightDevice:
         if self._page is None:
             raise DeviceError("the web device is not started; call `await device.start()` first")
         return self._page
-
-    async def __aenter__(self) -> PlaywrightDevice:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         if self._page is not None:
