@@ -1,31 +1,44 @@
-"""The policy-gradient learner core: one update from scored groups of samples, on a transformers backend's model.
+"""The policy-gradient learner: updates from scored groups of samples, on a transformers backend's model.
 
-``Learner`` trains a LoRA adapter in place on ``TransformersBackend.model`` (peft), so the backend samples from the
-adapter being trained with no copy and no reload. One ``step(groups)``:
+``Learner`` trains the model that ``TransformersBackend`` samples from, in place: a LoRA adapter (peft, the
+default) or every weight (``finetune="full"``). Rollouts therefore use the policy being trained, with no copy and
+no reload. One ``step(groups)``:
 
-1. re-encodes each sample's prompt exactly as the backend does (its processor and chat template, the image as the
-   model-input array) and appends the response token ids;
-2. computes the response tokens' current log-probs by teacher forcing;
-3. takes the old log-probs from the samples' behaviour log-probs (or the detached current ones where missing);
-4. computes one advantage per sample from the rewards of its group (RLOO for AEPO, GRPO's std-normalised one);
-5. the PPO surrogate (``train.algos.policy_loss``, token-mean over the whole batch) plus, with ``kl_coef > 0``, the
-   k3 KL against the base model, computed with the adapter switched off (peft's ``disable_adapter``: no second copy
-   of the weights);
-6. backward, gradient-norm clipping, one AdamW step.
+1. drops samples more than ``max_staleness`` updates behind (their adapter version says how far), counted;
+2. computes one advantage per sample from the rewards of its group (RLOO for AEPO, GRPO's std-normalised one);
+3. re-encodes each sample's prompt exactly as the backend does (its processor and chat template, the image as the
+   model-input array) and appends the response token ids (``encode_example``);
+4. fixes the "old" log-probs for the PPO ratio: the samples' behaviour log-probs when they are fresh and there is a
+   single update per batch, else the current policy's, recomputed once before the first update; in that case a
+   sample with behaviour log-probs also gets the truncated importance weight pi_old / pi_behaviour (capped at
+   ``max_is_ratio``) that corrects for the older sampler;
+5. for each of ``ppo_epochs`` passes over ``minibatches`` shuffled mini-batches of groups: the PPO surrogate
+   (``train.algos.policy_loss``, token-mean over the mini-batch) plus, with ``kl_coef > 0``, the k3 KL against the
+   reference (with LoRA: the same model with the adapter switched off, no second copy; full fine-tuning keeps a
+   frozen copy, made only when the KL is on), backward, gradient-norm clipping, one AdamW step and a scheduler step.
 
-Samples are forwarded one at a time and their gradients accumulated, each weighted by its share of the batch's
-response tokens, which gives exactly the batch token-mean while holding only one sample's graph.
+Samples are forwarded one at a time and their gradients accumulated, each weighted by its share of the
+mini-batch's response tokens, which gives exactly the token-mean while holding only one sample's graph.
+
+Several processes: pass an ``accelerate.Accelerator``. Under ``accelerate launch`` each process gets its own share
+of groups; the per-process token shares are weighted by the global token count and the gradients are averaged by
+DDP, so the update equals the single-process one. The model is wrapped by ``accelerator.prepare`` (DDP, or FSDP when
+the accelerate config asks for it) and unwrapped for generation.
 
 LoRA is a deviation from both papers, which fine-tune all weights at lr 1e-6; a LoRA adapter needs a much larger
-step, hence the 1e-4 default here.
+step, hence the 1e-4 default for LoRA and 1e-6 for full fine-tuning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import logging
 import math
-from collections.abc import Callable, Sequence
+import random
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Learner", "RolloutPrompt", "rollout_groups"]
+__all__ = ["Learner", "RolloutPrompt", "encode_example", "rollout_groups"]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 """The language model's attention projections (the vision tower's are named ``qkv`` / ``proj``: not matched)."""
@@ -51,45 +64,142 @@ _DEFAULTS = {  # algo -> (clip_high, kl_coef), per shared/research/algorithms.md
     "aepo": (0.4, 0.0),
     "grpo": (0.2, 0.01),
 }
+DEFAULT_LR = {"lora": 1e-4, "full": 1e-6}
+_VERSION = re.compile(r"^(?P<name>.+)@(?P<step>\d+)$")
+
+
+def encode_example(backend: TransformersBackend, messages: list[dict[str, Any]], image: np.ndarray | None,
+                   response_ids: Sequence[int]) -> tuple[dict[str, torch.Tensor], int]:
+    """Model inputs for prompt + response, encoded exactly as the backend encodes a request (its processor and
+    chat template, the image as the model-input array), and the prompt length in tokens.
+
+    A vision placeholder token inside the response (a random or broken model can emit ``<|image_pad|>``) would make
+    the model look for image features that are not there; the pad token is fed in its place. Targets keep the
+    sampled ids (callers read them from the sample); only later tokens' context differs."""
+    from policy.backends.hf import _split_images
+
+    msgs, images = _split_images(messages_with_image(messages, image))
+    proc = backend.processor
+    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    enc = proc(text=[text], images=images or None, return_tensors="pt")
+    prompt_len = enc["input_ids"].shape[1]
+    resp = torch.tensor([list(response_ids)], dtype=enc["input_ids"].dtype)
+    vision = _vision_token_ids(backend.model.config)
+    if vision:
+        bad = torch.isin(resp, torch.tensor(sorted(vision), dtype=resp.dtype))
+        if bad.any():
+            resp = resp.masked_fill(bad, backend.tokenizer.pad_token_id or 0)
+    enc["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
+    enc["attention_mask"] = torch.cat([enc["attention_mask"], torch.ones_like(resp)], dim=1)
+    if "mm_token_type_ids" in enc:
+        enc["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp)], dim=1)
+    device = backend.model.device
+    return {k: v.to(device) for k, v in enc.items()}, prompt_len
+
+
+def _vision_token_ids(cfg: Any) -> frozenset[int]:
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return frozenset(int(v) for v in (getattr(cfg, n, None) for n in names) if v is not None)
+
+
+def version_step(version: str | None) -> int | None:
+    """The update count in an adapter version ``name@step`` (None when the version has no count)."""
+    m = _VERSION.match(version or "")
+    return int(m["step"]) if m else None
 
 
 class Learner:
-    """Policy-gradient updates of a LoRA adapter on ``backend.model`` (see the module docstring).
+    """Policy-gradient updates of ``backend.model`` (see the module docstring).
 
     Args:
-        backend: the transformers backend whose model is trained in place (its generation then uses the adapter).
+        backend: the transformers backend whose model is trained in place (its generation then uses the update).
         algo: "aepo" (InfiGUI-G1: RLOO advantages, clip 0.2/0.4, dual-clip 3, no KL) or "grpo" (GUI-R1: GRPO
             advantages, clip 0.2/0.2, dual-clip 3, k3 KL 0.01).
-        lr: AdamW learning rate. 1e-4 suits a LoRA adapter; the papers' 1e-6 is for full fine-tuning.
+        finetune: "lora" (a peft adapter; the reference for the KL is the adapter switched off) or "full" (every
+            weight; the vision tower too unless ``freeze_vision``).
+        lr: AdamW learning rate; default 1e-4 for LoRA, 1e-6 (the papers') for full fine-tuning.
         clip_low / clip_high: PPO ratio bounds; clip_high defaults to 0.4 (aepo) or 0.2 (grpo).
-        kl_coef: weight of the k3 KL to the base model; defaults to 0.0 (aepo) or 0.01 (grpo).
-        max_grad_norm: gradient-norm clip.
-        dual_clip: dual-clip bound for negative advantages (None: off).
+        kl_coef: weight of the k3 KL to the reference; defaults to 0.0 (aepo) or 0.01 (grpo).
+        ppo_epochs / minibatches: passes over each batch, and optimizer steps per pass (the batch's groups split
+            into that many shuffled mini-batches). 1 / 1 is both papers' setting.
+        max_staleness: drop samples whose adapter version is more than this many updates behind (None: keep all).
+        max_is_ratio: cap of the importance weight pi_old / pi_behaviour applied to off-policy samples.
+        max_grad_norm: gradient-norm clip. dual_clip: dual-clip bound for negative advantages (None: off).
+        weight_decay: AdamW weight decay (0.01 in both papers' verl setup).
+        warmup_steps / total_steps / schedule: learning-rate schedule, "constant" (both papers) or "cosine" (needs
+            total_steps); linear warm-up over warmup_steps optimizer steps.
+        gradient_checkpointing: trade compute for activation memory (for real model sizes on a GPU).
         lora_rank / lora_alpha / lora_targets: the adapter created when the model has none (default: the language
             model's q/k/v/o projections; add "lm_head" to adapt the output layer too).
         adapter_name: the name of that adapter.
+        accelerator: an ``accelerate.Accelerator`` for several processes (None: this process alone).
+        seed: seeds the mini-batch shuffling.
     """
 
-    def __init__(self, backend: TransformersBackend, *, algo: Literal["aepo", "grpo"] = "aepo", lr: float = 1e-4,
+    def __init__(self, backend: TransformersBackend, *, algo: Literal["aepo", "grpo"] = "aepo",
+                 finetune: Literal["lora", "full"] = "lora", lr: float | None = None,
                  clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float | None = None,
-                 max_grad_norm: float = 1.0, dual_clip: float | None = 3.0, weight_decay: float = 0.0,
-                 lora_rank: int = 8, lora_alpha: int = 16, lora_targets: Sequence[str] = LORA_TARGETS,
-                 adapter_name: str = "learner") -> None:
+                 ppo_epochs: int = 1, minibatches: int = 1, max_staleness: int | None = None,
+                 max_is_ratio: float | None = 2.0, max_grad_norm: float = 1.0, dual_clip: float | None = 3.0,
+                 weight_decay: float = 0.0, warmup_steps: int = 0, total_steps: int | None = None,
+                 schedule: Literal["constant", "cosine"] = "constant", gradient_checkpointing: bool = False,
+                 freeze_vision: bool = False, lora_rank: int = 8, lora_alpha: int = 16,
+                 lora_targets: Sequence[str] = LORA_TARGETS, adapter_name: str = "learner",
+                 accelerator: Any = None, seed: int = 0) -> None:
         if algo not in _DEFAULTS:
             raise ValueError(f"algo must be 'aepo' or 'grpo', got {algo!r}")
+        if finetune not in DEFAULT_LR:
+            raise ValueError(f"finetune must be 'lora' or 'full', got {finetune!r}")
+        if ppo_epochs < 1 or minibatches < 1:
+            raise ValueError(f"ppo_epochs and minibatches must be >= 1, got {ppo_epochs} and {minibatches}")
+        if max_staleness is not None and max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
+        if schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+        if schedule == "cosine" and not total_steps:
+            raise ValueError("a cosine schedule needs total_steps (the number of optimizer steps)")
         self.backend = backend
         self.algo = algo
+        self.finetune = finetune
+        self.lr = DEFAULT_LR[finetune] if lr is None else lr
         self.clip_low = clip_low
         self.clip_high = _DEFAULTS[algo][0] if clip_high is None else clip_high
         self.kl_coef = _DEFAULTS[algo][1] if kl_coef is None else kl_coef
+        self.ppo_epochs = ppo_epochs
+        self.minibatches = minibatches
+        self.max_staleness = max_staleness
+        self.max_is_ratio = max_is_ratio
         self.max_grad_norm = max_grad_norm
         self.dual_clip = dual_clip
+        self.accelerator = accelerator
         self.steps = 0
-        self.peft_model = self._attach_adapter(lora_rank, lora_alpha, list(lora_targets), adapter_name)
+        """Completed ``step()`` calls (the adapter version's count)."""
+        self.optimizer_steps = 0
+        self._rng = random.Random(seed)
+        self._ref_model: Any = None
+        if finetune == "lora":
+            self.peft_model = self._attach_adapter(lora_rank, lora_alpha, list(lora_targets), adapter_name)
+        else:
+            self.peft_model = backend.model
+            self.adapter_name = adapter_name
+            for name, p in backend.model.named_parameters():
+                p.requires_grad_(not (freeze_vision and _is_vision(name)))
+            if self.kl_coef > 0:
+                self._ref_model = copy.deepcopy(backend.model).eval().requires_grad_(False)
+        if gradient_checkpointing:
+            backend.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if finetune == "lora":
+                backend.model.enable_input_require_grads()
         self.params = [p for p in self.peft_model.parameters() if p.requires_grad]
         if not self.params:
-            raise RuntimeError("no trainable parameters after attaching the LoRA adapter")
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+            raise RuntimeError("no trainable parameters: check lora_targets against the model's module names")
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _lr_lambda(warmup_steps, total_steps, schedule))
+        self._train_model = self.peft_model
+        if accelerator is not None:
+            self._train_model, self.optimizer, self.scheduler = accelerator.prepare(
+                self.peft_model, self.optimizer, self.scheduler)
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -120,116 +230,239 @@ class Learner:
         """The adapter's name and the number of updates applied: what rollouts should record."""
         return f"{self.adapter_name}@{self.steps}"
 
+    @property
+    def world_size(self) -> int:
+        return 1 if self.accelerator is None else int(self.accelerator.num_processes)
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.accelerator is None else int(self.accelerator.process_index)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The trained weights by name (the LoRA tensors, or every weight for full fine-tuning), detached copies."""
+        return {n: p.detach().clone() for n, p in self.peft_model.named_parameters() if p.requires_grad}
+
     # -- encoding and log-probs ---------------------------------------------------------------
 
     def encode(self, sample: TrainSample) -> tuple[dict[str, torch.Tensor], int]:
         """Model inputs for prompt + response (the backend's processor and chat template) and the prompt length."""
-        from policy.backends.hf import _split_images
-
-        messages, images = _split_images(sample.messages_with_image())
-        proc = self.backend.processor
-        text = proc.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        enc = proc(text=[text], images=images or None, return_tensors="pt")
-        prompt_len = enc["input_ids"].shape[1]
-        resp = torch.tensor([sample.response_ids], dtype=enc["input_ids"].dtype)
-        # A sampled vision placeholder token (a random or broken model can emit <|image_pad|>) would make the
-        # model look for image features that are not there; feed the pad token in its place. Targets keep the
-        # sampled ids (the caller reads them from the sample), only later tokens' context differs.
-        vision = self._vision_token_ids()
-        if vision:
-            bad = torch.isin(resp, torch.tensor(sorted(vision), dtype=resp.dtype))
-            if bad.any():
-                resp = resp.masked_fill(bad, self.backend.tokenizer.pad_token_id or 0)
-        enc["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
-        enc["attention_mask"] = torch.cat([enc["attention_mask"], torch.ones_like(resp)], dim=1)
-        if "mm_token_type_ids" in enc:
-            enc["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp)], dim=1)
-        device = self.backend.model.device
-        return {k: v.to(device) for k, v in enc.items()}, prompt_len
+        return encode_example(self.backend, sample.messages, sample.image_array(), sample.response_ids)
 
     def response_logprobs(self, sample: TrainSample, inputs: dict[str, torch.Tensor] | None = None,
-                          prompt_len: int | None = None) -> torch.Tensor:
-        """``[1, T]`` log-probs of the sample's response tokens under the current model (with grad when enabled)."""
+                          prompt_len: int | None = None, model: Any = None) -> torch.Tensor:
+        """``[1, T]`` log-probs of the sample's response tokens under ``model`` (default: the model being trained,
+        with grad when enabled)."""
         if inputs is None or prompt_len is None:
             inputs, prompt_len = self.encode(sample)
-        logits = self.peft_model(**inputs, use_cache=False).logits
+        model = self._train_model if model is None else model
+        logits = model(**inputs, use_cache=False).logits
         n = len(sample.response_ids)
-        shifted = logits[:, prompt_len - 1: prompt_len - 1 + n]
+        shifted = logits[:, prompt_len - 1: prompt_len - 1 + n].float()
         targets = torch.tensor([sample.response_ids], dtype=torch.long, device=shifted.device)
         return token_logprobs(shifted, targets)
 
-    def _vision_token_ids(self) -> frozenset[int]:
-        cfg = self.backend.model.config
-        names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-        return frozenset(int(v) for v in (getattr(cfg, n, None) for n in names) if v is not None)
+    def _reference_logprobs(self, sample: TrainSample, inputs: dict[str, torch.Tensor],
+                            prompt_len: int) -> torch.Tensor:
+        with torch.no_grad():
+            if self._ref_model is not None:
+                return self.response_logprobs(sample, inputs, prompt_len, model=self._ref_model)
+            with self.peft_model.disable_adapter():
+                return self.response_logprobs(sample, inputs, prompt_len, model=self.peft_model)
 
     # -- the update ---------------------------------------------------------------------------
 
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         return rloo_advantages(rewards, group_ids) if self.algo == "aepo" else grpo_advantages(rewards, group_ids)
 
+    def staleness(self, sample: TrainSample) -> int:
+        """How many updates behind the current policy the sample's adapter version is (0 when unknown or a
+        different adapter: a loaded adapter, a base-model rollout)."""
+        step = version_step(sample.adapter_version)
+        if step is None or not (sample.adapter_version or "").startswith(f"{self.adapter_name}@"):
+            return 0
+        return max(0, self.steps - step)
+
     def step(self, groups: Sequence[Sequence[TrainSample]]) -> dict[str, float]:
-        """One optimizer step on ``groups`` (each a list of samples sharing a group id); returns metrics."""
+        """One batch update on ``groups`` (each a list of samples sharing a prompt); returns metrics.
+
+        Under several processes, ``groups`` is this process's share of the batch."""
+        groups = [list(g) for g in groups if g]
+        dropped_stale = 0
+        if self.max_staleness is not None:
+            kept = []
+            for g in groups:
+                fresh = [s for s in g if self.staleness(s) <= self.max_staleness]
+                dropped_stale += len(g) - len(fresh)
+                if fresh:
+                    kept.append(fresh)
+            groups = kept
         samples = [s for g in groups for s in g]
         if not samples:
-            raise ValueError("step() needs at least one sample")
+            raise ValueError("step() needs at least one sample" +
+                             (f" ({dropped_stale} dropped as staler than max_staleness="
+                              f"{self.max_staleness})" if dropped_stale else ""))
         # Groups are numbered by position, so equal group ids in different lists cannot merge by accident.
         group_ids = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         adv = self.advantages(rewards, group_ids)
-        total_tokens = sum(len(s.response_ids) for s in samples)
+        max_stale = max(self.staleness(s) for s in samples)
+        updates = self.ppo_epochs * self.minibatches
+        recompute_old = updates > 1 or max_stale > 0
 
-        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0,
-                                  "ratio_max": 0.0}
         b = self.backend
+        totals: dict[str, float] = {}
         with b._lock:
             self.peft_model.eval()  # no dropout: the recomputed log-probs match the sampler's
-            self.optimizer.zero_grad(set_to_none=True)
-            for s, a in zip(samples, adv):
-                inputs, prompt_len = self.encode(s)
-                with torch.enable_grad():
-                    logprobs = self.response_logprobs(s, inputs, prompt_len)
-                old = (torch.tensor([s.behaviour_logprobs], dtype=logprobs.dtype, device=logprobs.device)
-                       if s.behaviour_logprobs is not None else logprobs.detach())
-                mask = torch.ones_like(logprobs, dtype=torch.bool)
-                loss, m = policy_loss(logprobs, old, a.reshape(1).to(logprobs.device), mask, clip_low=self.clip_low,
-                                      clip_high=self.clip_high, dual_clip=self.dual_clip)
-                kl_value = 0.0
-                if self.kl_coef > 0:
-                    with torch.no_grad(), self.peft_model.disable_adapter():
-                        ref = self.response_logprobs(s, inputs, prompt_len)
-                    kl = kl_k3(logprobs, ref, mask)
-                    loss = loss + self.kl_coef * kl
-                    kl_value = float(kl.detach())
-                weight = len(s.response_ids) / total_tokens
-                (loss * weight).backward()
-                sums["loss"] += float(loss.detach()) * weight
-                sums["pg_loss"] += m.pg_loss * weight
-                sums["kl"] += kl_value * weight
-                sums["clipfrac"] += m.clipfrac * weight
-                sums["approx_kl"] += m.approx_kl * weight
-                sums["ratio_max"] = max(sums["ratio_max"], m.ratio_max)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-            if torch.isfinite(grad_norm):
-                self.optimizer.step()
-            else:
-                log.warning("non-finite gradient norm %s: update skipped", float(grad_norm))
-            self.optimizer.zero_grad(set_to_none=True)
+            old: list[torch.Tensor | None] = [None] * len(samples)
+            if recompute_old:
+                with torch.no_grad():
+                    old = [self.response_logprobs(s).detach() for s in samples]
+            index = list(range(len(groups)))
+            starts = np.cumsum([0] + [len(g) for g in groups])
+            n_updates = 0
+            for _ in range(self.ppo_epochs):
+                self._rng.shuffle(index)
+                for mb in _split(index, self.minibatches):
+                    rows = [i for gi in mb for i in range(starts[gi], starts[gi + 1])]
+                    m = self._update([samples[i] for i in rows], adv[rows], [old[i] for i in rows])
+                    n_updates += 1
+                    for k, v in m.items():
+                        totals[k] = max(totals.get(k, v), v) if k.endswith("_max") else totals.get(k, 0.0) + v
             self.steps += 1
 
+        metrics = {k: (v if k.endswith("_max") else v / n_updates) for k, v in totals.items()}
         zero_std = zero_std_groups(rewards, group_ids)
         n_zero_groups = len({int(g) for g, z in zip(group_ids, zero_std) if z})
         return {
-            **{f"train/{k}": v for k, v in sums.items()},
-            "train/grad_norm": float(grad_norm),
+            **{f"train/{k}": v for k, v in metrics.items()},
             "train/reward_mean": float(rewards.mean()),
             "train/reward_std": float(rewards.std(unbiased=False)),
             "train/zero_std_group_share": n_zero_groups / len(groups),
             "train/advantage_abs_mean": float(adv.abs().mean()),
             "train/samples": float(len(samples)),
-            "train/response_tokens": float(total_tokens),
+            "train/response_tokens": float(sum(len(s.response_ids) for s in samples)),
+            "train/stale_dropped": float(dropped_stale),
+            "train/staleness_max": float(max_stale),
+            "train/lr": float(self.scheduler.get_last_lr()[0]),
+            "train/optimizer_steps": float(self.optimizer_steps),
             "train/step": float(self.steps),
         }
+
+    def _global_tokens(self, local: int) -> int:
+        if self.world_size == 1:
+            return local
+        t = torch.tensor([local], dtype=torch.long, device=self.accelerator.device)
+        return int(self.accelerator.reduce(t, reduction="sum").item())
+
+    def _update(self, samples: list[TrainSample], adv: torch.Tensor,
+                old: list[torch.Tensor | None]) -> dict[str, float]:
+        """One optimizer step on a mini-batch (this process's share of it)."""
+        local_tokens = sum(len(s.response_ids) for s in samples)
+        total_tokens = self._global_tokens(local_tokens)
+        # DDP averages gradients over processes; scaling by the world size turns that average into the sum of
+        # every process's token-share-weighted loss, i.e. the global token-mean.
+        scale = self.world_size / total_tokens
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "is_weight_mean": 0.0,
+                "is_clipfrac": 0.0, "ratio_max": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)
+        for i, (s, a, o) in enumerate(zip(samples, adv, old)):
+            inputs, prompt_len = self.encode(s)
+            sync = i == len(samples) - 1
+            with self._no_sync(not sync), torch.enable_grad():
+                logprobs = self.response_logprobs(s, inputs, prompt_len)
+                behaviour = (torch.tensor([s.behaviour_logprobs], dtype=logprobs.dtype, device=logprobs.device)
+                             if s.behaviour_logprobs is not None else None)
+                if o is None:  # fresh sample, single update: the sampler's own log-probs are pi_old
+                    o, behaviour = (behaviour if behaviour is not None else logprobs.detach()), None
+                mask = torch.ones_like(logprobs, dtype=torch.bool)
+                loss, m = policy_loss(logprobs, o, a.reshape(1).to(logprobs.device), mask, clip_low=self.clip_low,
+                                      clip_high=self.clip_high, dual_clip=self.dual_clip,
+                                      behaviour_logprobs=behaviour,
+                                      max_is_ratio=self.max_is_ratio if behaviour is not None else None)
+                kl_value = 0.0
+                if self.kl_coef > 0:
+                    kl = kl_k3(logprobs, self._reference_logprobs(s, inputs, prompt_len), mask)
+                    loss = loss + self.kl_coef * kl
+                    kl_value = float(kl.detach())
+                weight = len(s.response_ids) * scale
+                if self.accelerator is not None:
+                    self.accelerator.backward(loss * weight)
+                else:
+                    (loss * weight).backward()
+            w = len(s.response_ids) / local_tokens
+            sums["loss"] += float(loss.detach()) * w
+            sums["pg_loss"] += m.pg_loss * w
+            sums["kl"] += kl_value * w
+            sums["clipfrac"] += m.clipfrac * w
+            sums["approx_kl"] += m.approx_kl * w
+            sums["is_weight_mean"] += m.is_weight_mean * w
+            sums["is_clipfrac"] += m.is_clipfrac * w
+            sums["ratio_max"] = max(sums["ratio_max"], m.ratio_max)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer_steps += 1
+        else:
+            log.warning("non-finite gradient norm %s: update skipped", float(grad_norm))
+        self.optimizer.zero_grad(set_to_none=True)
+        return {**sums, "grad_norm": float(grad_norm)}
+
+    def _no_sync(self, skip: bool) -> Any:
+        if skip and self.accelerator is not None and self.world_size > 1:
+            return self.accelerator.no_sync(self._train_model)
+        return contextlib.nullcontext()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler, counters and the shuffling RNG: what a checkpoint needs besides the weights."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "steps": self.steps, "optimizer_steps": self.optimizer_steps, "rng": self._rng.getstate(),
+                "algo": self.algo, "finetune": self.finetune}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("algo", "finetune"):
+            if state.get(key) != getattr(self, key):
+                raise ValueError(f"checkpoint was written with {key}={state.get(key)!r}, this learner has "
+                                 f"{key}={getattr(self, key)!r}; resume with the same settings")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self._rng.setstate(_as_rng_state(state["rng"]))
+
+
+def _as_rng_state(state: Any) -> tuple:
+    """random.Random state back from a (possibly JSON / torch.load round-tripped) nested list."""
+    version, internal, gauss = state
+    return int(version), tuple(int(x) for x in internal), gauss
+
+
+def _split(items: list[int], parts: int) -> Iterator[list[int]]:
+    """``items`` in ``parts`` contiguous near-equal non-empty chunks (fewer when there are fewer items)."""
+    parts = min(parts, len(items))
+    size, extra = divmod(len(items), parts)
+    start = 0
+    for p in range(parts):
+        end = start + size + (1 if p < extra else 0)
+        yield items[start:end]
+        start = end
+
+
+def _is_vision(name: str) -> bool:
+    return ".visual." in f".{name}" or name.startswith("visual.") or ".vision_tower." in name
+
+
+def _lr_lambda(warmup: int, total: int | None, schedule: str) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "cosine" and total:
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+    return f
 
 
 # -- rollouts -----------------------------------------------------------------------------------
