@@ -130,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--config", help="config file (default: ./config.toml when present)")
     devices.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
 
+    tr = sub.add_parser("train", help="train a policy: cold-start SFT, AEPO / GRPO, rejection-sampling SFT",
+                        description=(
+        "Train the model named in the config with the stage it names (train.stage: sft, rl or rft). Outputs go to "
+        "train.run_dir: metrics.jsonl, tb/ (TensorBoard), curves.png, checkpoints/ and the final adapter/ (or "
+        "model/). Several processes or GPUs: accelerate launch -m agent.cli train --config FILE. Options: "
+        "configs/train.toml; docs/training.md."))
+    tr.add_argument("--config", help="training config file (TOML, see configs/train.toml)")
+    tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override one option, e.g. --set rl.group_size=8 (repeatable)")
+    tr.add_argument("--stage", choices=("sft", "rl", "rft"), help="the stage to run (config: train.stage)")
+    tr.add_argument("--resume", nargs="?", const="auto", metavar="CHECKPOINT",
+                    help="resume: a checkpoint folder, or nothing for the newest in run_dir (config: train.resume)")
+
     parse = sub.add_parser("parse", help="parse a model's output and show where each action lands", description=(
         "Read TEXT as the named model family (or registered model id) would have written it for a "
         "screenshot of WxH pixels, and print each action with its model-space, normalized and frame-pixel "
@@ -177,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_report(args)
     if args.command == "data":
         return _cmd_data(args)
+    if args.command == "train":
+        return _cmd_train(args)
     return _cmd_doctor(args)
 
 
@@ -674,6 +689,48 @@ def _cmd_data(args: argparse.Namespace) -> int:
         console.print(f"  rejected: {r}", soft_wrap=True)
     console.print(f"drew {len(paths)} images in [bold]{out}[/]")
     return EXIT_OK
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import json
+
+    from agent.config import load_train_config
+    from agent.errors import ConfigError
+
+    overrides = list(args.overrides)
+    if args.stage:
+        overrides.append(f"train.stage={json.dumps(args.stage)}")
+    if args.resume:
+        overrides.append(f"train.resume={json.dumps(args.resume)}")
+    try:
+        config = load_train_config(args.config, overrides)
+    except ConfigError as e:
+        return _error(str(e))
+    try:
+        from train.trainer import run_from_config
+    except ImportError as e:
+        return _error(f"training needs the model extras ({e.name} is missing): pip install -e .[train]")
+    from train.checkpoint import CheckpointError
+    from train.data import PromptSourceError
+
+    console = _console()
+    try:
+        result = run_from_config(config)
+    except (CheckpointError, PromptSourceError, ValueError, FileNotFoundError) as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: the newest checkpoint in "
+                      f"{config.train.run_dir}/checkpoints resumes this run (--resume)")
+        return 130
+    acc = "n/a" if result.final_accuracy is None else f"{result.final_accuracy:.1%}"
+    best = "" if result.best_accuracy is None else f" (best {result.best_accuracy:.1%} at step {result.best_step})"
+    console.print(f"[bold]{result.stage}[/] done: {result.steps} updates"
+                  f"{', stopped early' if result.stopped_early else ''}; held-out accuracy {acc}{best}")
+    for w in result.warnings[-5:]:
+        console.print(f"[yellow]collapse warning:[/] {w}")
+    console.print(f"weights: {result.output}\nmetrics: {result.run_dir}/metrics.jsonl, curves: "
+                  f"{result.run_dir}/curves.png, TensorBoard: tensorboard --logdir {result.run_dir}/tb")
+    return 0
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:

@@ -270,8 +270,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key.strip(), value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a config file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+def _read_toml(path: str | Path | None, overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A config file's tables (empty when ``path`` is None) with the ``--set`` overrides applied."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -289,6 +289,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not isinstance(data[section], dict):
             raise ConfigError(f"--set {text!r}: {section} is not a section")
         data[section][key] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a config file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+    data = _read_toml(path, overrides)
     valid = [*SECTIONS, "secrets"]
     kwargs: dict[str, Any] = {}
     for name, values in data.items():
@@ -299,6 +305,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         else:
             raise ConfigError(f"unknown config section [{name}]: {_closest(name, valid)}sections are {', '.join(valid)}")
     return Config(**kwargs)
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """``agent train``'s config: a TOML file read into ``train.config.TrainConfig``, with ``--set`` overrides."""
+    from train.config import TRAIN_SECTIONS, TrainConfig
+
+    data = _read_toml(path, overrides)
+    kwargs: dict[str, Any] = {}
+    for name, values in data.items():
+        if name not in TRAIN_SECTIONS:
+            raise ConfigError(f"unknown training config section [{name}]: {_closest(name, list(TRAIN_SECTIONS))}"
+                              f"sections are {', '.join(TRAIN_SECTIONS)}")
+        kwargs[name] = _build_section(name, TRAIN_SECTIONS[name], values)
+    return TrainConfig(**kwargs)
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -344,6 +364,28 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
+def _render_sections(defaults: Any, sections: dict[str, type], docs_by_section: dict[str, str]) -> list[str]:
+    lines: list[str] = []
+    for name, cls in sections.items():
+        lines += ["", f"# {docs_by_section[name]}", f"[{name}]"]
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            lines.append(f"# {docs.get(f.name, '')}")
+            lines.append(f"{f.name} = {_toml_value(getattr(getattr(defaults, name), f.name))}")
+    return lines
+
+
+def render_train_defaults() -> str:
+    """configs/train.toml: every training option at its default, documented."""
+    from train.config import TRAIN_SECTION_DOCS, TRAIN_SECTIONS, TrainConfig
+
+    lines = [
+        "# handeye training configuration: agent train --config configs/train.toml [--set section.key=value]",
+        "# Every option is listed with its default; delete what you don't change. Docs: docs/training.md",
+    ]
+    return "\n".join(lines + _render_sections(TrainConfig(), TRAIN_SECTIONS, TRAIN_SECTION_DOCS)) + "\n"
+
+
 def render_defaults() -> str:
     """config.toml with every option at its default and its documentation as a comment."""
     lines = [
@@ -351,13 +393,7 @@ def render_defaults() -> str:
         "# Override any option on the command line: agent run --set section.key=value",
         "# Docs: docs/configuration.md",
     ]
-    defaults = Config()
-    for name, cls in SECTIONS.items():
-        lines += ["", f"# {SECTION_DOCS[name]}", f"[{name}]"]
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            lines.append(f"# {docs.get(f.name, '')}")
-            lines.append(f"{f.name} = {_toml_value(getattr(getattr(defaults, name), f.name))}")
+    lines += _render_sections(Config(), SECTIONS, SECTION_DOCS)
     lines += [
         "",
         "# Credentials, only ever read from environment variables: NAME = \"env:VARIABLE\".",

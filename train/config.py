@@ -1,0 +1,286 @@
+"""The training configuration: sections of frozen dataclasses, every field with a default and a docstring.
+
+``agent train --config FILE [--set section.key=value ...]`` reads a TOML file into ``TrainConfig`` (the reading,
+type checks and "did you mean" hints are ``agent.config.load_train_config``'s); ``configs/train.toml`` lists every
+option at its default and is generated from these classes. Values that mean "the algorithm's or the model's
+default" are written as 0 or -1, as documented on each field, so that every option has a plain TOML value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS"]
+
+STAGES = ("sft", "rl", "rft")
+SOURCES = ("generated", "grounding", "trajectories", "samples")
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    stage: str = "rl"
+    """What to run: sft (cold-start supervised fine-tuning on the data's targets), rl (AEPO / GRPO), or rft (rejection-sampling SFT on the policy's own correct answers)."""
+    algo: str = "aepo"
+    """RL algorithm: aepo (InfiGUI-G1: RLOO advantages, clip [0.8, 1.4], no KL) or grpo (GUI-R1: group-normalised advantages, clip 0.2, k3 KL 0.01)."""
+    run_dir: str = "runs/train"
+    """Folder of this run: metrics.jsonl, tb/, curves.png, checkpoints/, the final adapter."""
+    steps: int = 100
+    """Updates to run (RL: one batch of groups each; SFT / RFT: one batch of examples each)."""
+    seed: int = 0
+    """Seeds data order, sampling and initialisation."""
+    resume: str = ""
+    """Resume from a checkpoint folder, or "auto" for the newest one in run_dir; empty = start fresh (run_dir must then hold no checkpoint)."""
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
+        if self.algo not in ("aepo", "grpo"):
+            raise ValueError(f"algo {self.algo!r} is not aepo or grpo")
+        if self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainModelConfig:
+    path: str = ""
+    """Model to train: a local transformers directory or a hub id (e.g. Qwen/Qwen2.5-VL-3B-Instruct, InfiX-ai/InfiGUI-G1-3B). "tiny" builds the tiny random test model in run_dir."""
+    format: str = ""
+    """Model family when the id is not in the preset registry (qwen2.5-vl, infigui-g1, gui-r1); it decides the prompt and the answer format."""
+    min_pixels: int = 0
+    """Processor min_pixels, overriding the preset's; 0 = the preset's."""
+    max_pixels: int = 0
+    """Processor max_pixels, overriding the preset's; 0 = the preset's."""
+    device: str = "cpu"
+    """Torch device (cpu, cuda, cuda:1). Under accelerate launch each process takes its own GPU."""
+    dtype: str = "auto"
+    """Weights dtype (auto, bfloat16, float32). bfloat16 on a GPU for real model sizes."""
+    finetune: str = "lora"
+    """lora (a peft adapter; the KL reference is the adapter switched off) or full (every weight, as both papers)."""
+    lora_rank: int = 8
+    """LoRA rank."""
+    lora_alpha: int = 16
+    """LoRA alpha."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Module names the adapter wraps (the language model's attention by default; add lm_head for tiny models)."""
+    adapter: str = ""
+    """A LoRA adapter folder to start from (e.g. the SFT stage's), trained further."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, ~30% more time. On for 3B+ models on a GPU."""
+    freeze_vision: bool = False
+    """Full fine-tuning only: keep the vision tower fixed (GUI-R1 trains it; off by default)."""
+
+    def __post_init__(self) -> None:
+        if self.finetune not in ("lora", "full"):
+            raise ValueError(f"finetune {self.finetune!r} is not lora or full")
+        if self.lora_rank < 1 or self.lora_alpha < 1:
+            raise ValueError(f"lora_rank and lora_alpha must be positive, got {self.lora_rank} and {self.lora_alpha}")
+        if self.min_pixels < 0 or self.max_pixels < 0 or (self.max_pixels and self.min_pixels > self.max_pixels):
+            raise ValueError(f"need 0 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
+
+
+@dataclass(frozen=True, slots=True)
+class DataConfig:
+    source: str = "generated"
+    """Where prompts come from: generated (screens drawn live from envs/generated, rendered in Chromium), grounding (a ScreenSpot-style file or our JSONL), trajectories (recorded runs whose steps carry a target box), samples (scored TrainSample JSONL, trained on as is)."""
+    path: str = ""
+    """The grounding file, trajectories run folder or samples JSONL (not used by generated)."""
+    seeds: int = 1000
+    """generated: screens are drawn from seeds 0..seeds-1 (held-out screens use seeds above that)."""
+    heldout_path: str = ""
+    """A held-out grounding file for accuracy and early stopping; empty = a held-out split of the source."""
+    heldout_size: int = 64
+    """Held-out prompts scored with greedy decoding at every evaluation."""
+    reward: str = "aepo"
+    """Reward function: aepo, aepo_paper, guir1, guir1_paper, or distance (partial credit, see [curriculum])."""
+    think: bool = True
+    """The answer starts with <think>...</think> (InfiGUI-G1's think mode); false = the released no_think mode."""
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source {self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.source != "generated" and not self.path:
+            raise ValueError(f"source {self.source!r} needs data.path (a file or folder)")
+        if self.seeds < 1 or self.heldout_size < 0:
+            raise ValueError(f"need seeds >= 1 and heldout_size >= 0, got {self.seeds} and {self.heldout_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class RLConfig:
+    group_size: int = 8
+    """Responses sampled per prompt (AEPO: 8, GUI-R1: 5)."""
+    batch_prompts: int = 16
+    """Prompts per update (the papers use 128 on 8 GPUs); batch = batch_prompts * group_size responses."""
+    batch_size: int = 0
+    """Responses per update, if you prefer to set it: must be a multiple of group_size; 0 = batch_prompts * group_size."""
+    max_new_tokens: int = 256
+    """Longest response sampled (the papers allow 1024)."""
+    lr: float = 0.0
+    """AdamW learning rate; 0 = 1e-4 for LoRA, 1e-6 (the papers') for full fine-tuning."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (both papers: 0.01)."""
+    clip_low: float = 0.2
+    """PPO ratio floor is 1 - clip_low."""
+    clip_high: float = 0.0
+    """PPO ratio ceiling is 1 + clip_high; 0 = the algorithm's (aepo 0.4, grpo 0.2)."""
+    dual_clip: float = 3.0
+    """Dual-clip bound for negative advantages; 0 = off."""
+    kl_coef: float = -1.0
+    """Weight of the k3 KL to the reference; -1 = the algorithm's (aepo 0, grpo 0.01)."""
+    ppo_epochs: int = 1
+    """Passes over each batch (both papers: 1)."""
+    minibatches: int = 1
+    """Optimizer steps per pass, the batch split by group (both papers: 1)."""
+    max_staleness: int = -1
+    """Drop samples more than this many updates behind the current policy; -1 = keep all."""
+    max_is_ratio: float = 2.0
+    """Cap of the importance weight for samples from an older policy; 0 = no cap."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, in optimizer steps."""
+    schedule: str = "constant"
+    """Learning-rate schedule after warm-up: constant (both papers) or cosine."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2 (advantages compare answers within a group), got {self.group_size}")
+        if self.batch_size and self.batch_size % self.group_size:
+            raise ValueError(f"batch_size {self.batch_size} does not divide by group_size {self.group_size}: "
+                             f"use a multiple, e.g. {max(1, self.batch_size // self.group_size) * self.group_size}")
+        if self.batch_prompts < 1 or self.max_new_tokens < 1 or self.ppo_epochs < 1 or self.minibatches < 1:
+            raise ValueError("batch_prompts, max_new_tokens, ppo_epochs and minibatches must be at least 1")
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule {self.schedule!r} is not constant or cosine")
+
+    @property
+    def prompts_per_batch(self) -> int:
+        return self.batch_size // self.group_size if self.batch_size else self.batch_prompts
+
+
+@dataclass(frozen=True, slots=True)
+class FilterConfig:
+    drop_all_correct: bool = True
+    """Drop groups whose answers are all correct (InfiGUI-G1's difficulty filter; they carry no gradient)."""
+    drop_all_wrong: bool = False
+    """Drop groups whose answers are all wrong too (GUI-R1's filter)."""
+    dynamic_sampling: bool = False
+    """DAPO-style: draw more prompts until the batch is full of informative groups (or max_draws is reached)."""
+    max_draws: int = 4
+    """Most rollout rounds per update under dynamic sampling."""
+
+    def __post_init__(self) -> None:
+        if self.max_draws < 1:
+            raise ValueError(f"max_draws must be at least 1, got {self.max_draws}")
+
+
+@dataclass(frozen=True, slots=True)
+class CurriculumConfig:
+    enabled: bool = False
+    """The adaptive curriculum: a running success rate per item and a hard-sample queue that oversamples failures."""
+    ema: float = 0.3
+    """Weight of the newest group in each prompt's running success rate: s <- (1 - ema) s + ema r."""
+    hard_below: float = 0.5
+    """A prompt whose running success is below this (or whose latest group had no correct answer) is hard."""
+    hard_fraction: float = 0.25
+    """Share of each batch drawn from the hard-sample queue, weighted by failure rate."""
+    queue_size: int = 1024
+    """Most prompts the hard-sample queue holds (the least hard leave first)."""
+    threshold_start: float = 0.0
+    """Reward "distance": the partial-credit radius (fraction of the image diagonal) at the start; 0 = no schedule."""
+    threshold_end: float = 0.0
+    """... and at the end of threshold_steps (tightened linearly)."""
+    threshold_steps: int = 0
+    """Steps over which the radius goes from threshold_start to threshold_end."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ema <= 1 or not 0 <= self.hard_fraction <= 1 or self.queue_size < 1:
+            raise ValueError("need 0 < ema <= 1, 0 <= hard_fraction <= 1 and queue_size >= 1")
+        if self.threshold_start and self.threshold_steps < 1:
+            raise ValueError("a threshold schedule (threshold_start > 0) needs threshold_steps >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class SFTConfig:
+    batch_size: int = 16
+    """Examples per SFT / RFT update."""
+    lr: float = 0.0
+    """SFT learning rate; 0 = 1e-5 full, 1e-4 LoRA."""
+    stop_accuracy: float = 0.0
+    """Stop SFT once held-out top-1 accuracy reaches this (the learning benchmark starts RL from 0.3-0.6); 0 = run all steps."""
+    rft_samples: int = 8
+    """rft: answers sampled per prompt; the best correct one becomes an SFT example."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.rft_samples < 1 or not 0 <= self.stop_accuracy <= 1:
+            raise ValueError("need batch_size >= 1, rft_samples >= 1 and 0 <= stop_accuracy <= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    every: int = 10
+    """Score the held-out prompts every this many updates (and at the end); 0 = only at the end."""
+    patience: int = 0
+    """Early stopping: stop after this many evaluations without a better held-out accuracy; 0 = never."""
+    min_delta: float = 0.0
+    """The least gain in held-out accuracy that counts as better."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.patience < 0:
+            raise ValueError("every and patience must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    every: int = 50
+    """Write a checkpoint every this many updates (and at the end); 0 = only at the end."""
+    keep: int = 3
+    """Checkpoints kept (the newest); 0 = all."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.keep < 0:
+            raise ValueError("every and keep must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    tensorboard: bool = True
+    """Write TensorBoard scalars to run_dir/tb."""
+    png: bool = True
+    """Draw run_dir/curves.png at every evaluation and at the end."""
+    progress: bool = True
+    """Show a progress bar with the key numbers when the output is a terminal."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    train: RunConfig = field(default_factory=RunConfig)
+    model: TrainModelConfig = field(default_factory=TrainModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+TRAIN_SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(TrainConfig)}  # type: ignore[misc]
+
+TRAIN_SECTION_DOCS = {
+    "train": "What to run and where its outputs go.",
+    "model": "The model being trained and how (LoRA or full).",
+    "data": "Prompts and rewards.",
+    "rl": "The RL update (AEPO / GRPO).",
+    "filter": "Difficulty filtering and dynamic sampling.",
+    "curriculum": "The adaptive curriculum and the reward-threshold schedule.",
+    "sft": "Supervised stages: cold-start SFT and rejection-sampling SFT.",
+    "eval": "Held-out accuracy and early stopping.",
+    "checkpoint": "Checkpoints for resuming and for using the adapter.",
+    "log": "Metrics outputs.",
+}

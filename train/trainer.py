@@ -1,0 +1,659 @@
+"""The training loop behind ``agent train``: the three-stage recipe (cold-start SFT, RL, rejection-sampling SFT) on
+one model, with checkpoints, metrics, collapse monitors and early stopping.
+
+``Trainer(config, backend=..., prompts=..., heldout=..., reward_fn=...)`` takes its parts ready-made (tests and the
+benchmarks build them in code); ``Trainer.from_config(config)`` builds them from a ``TrainConfig`` (the model, the
+data source of ``train.data``, the reward). ``run()`` runs the configured stage:
+
+- ``rl``: every update draws ``prompts_per_batch`` prompts (a share from the curriculum's hard-sample queue when it
+  is on), samples ``group_size`` answers to each through the backend, scores them, drops uninformative groups
+  (difficulty filter, or DAPO dynamic sampling that draws again until the batch is full), and runs one
+  ``Learner.step``. Groups can also come from a stream instead (``run_stream``): scored samples from files or from
+  live actors, trained on as they complete.
+- ``sft``: supervised steps on the data's targets, written in the model's answer format; stops early once the
+  held-out accuracy reaches ``sft.stop_accuracy``.
+- ``rft``: samples ``sft.rft_samples`` answers per prompt from the current policy, keeps the best correct one per
+  prompt, and takes a supervised step on them.
+
+Every update logs its metrics (``run_dir/metrics.jsonl``, TensorBoard, ``curves.png``), feeds the collapse monitor,
+and every ``eval.every`` updates scores the held-out prompts with greedy decoding (early stopping on that accuracy).
+Checkpoints (``train.checkpoint``) carry the data position, the curriculum and the early-stopping state, so a
+resumed run continues exactly where the interrupted one was: the same prompts, the same samples, the same metrics.
+
+One bad sample never stops training: a reward function that raises marks its sample failed (``train.data``), the
+sample is left out and counted (``rollout/failed_samples``); a batch with nothing left to learn from is skipped and
+counted (``train/skipped_batches``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_adapter, save_checkpoint
+from train.config import TrainConfig
+from train.curriculum import AdaptiveCurriculum, Correctness, dynamic_sample, filter_groups
+from train.curriculum import CurriculumConfig as QueueConfig
+from train.learner import Learner, RolloutPrompt, rollout_groups
+from train.metrics import MetricsLogger, Progress
+from train.monitors import CollapseMonitor, EarlyStopping
+from train.samples import TrainSample
+from train.sft import SFTExample, SupervisedLearner, greedy_accuracy, is_correct, rejection_sample
+
+if TYPE_CHECKING:
+    from policy.backends.hf import TransformersBackend
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PromptSource", "Trainer", "TrainResult"]
+
+
+class PromptSource(Protocol):
+    """Where prompts come from (``train.data``'s samplers): an endless, seeded, resumable stream."""
+
+    def next_prompts(self, n: int) -> list[RolloutPrompt]: ...
+
+    def prompts_for(self, ids: Sequence[str]) -> list[RolloutPrompt]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+TargetText = Callable[[RolloutPrompt], str]
+"""The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
+
+
+@dataclass
+class TrainResult:
+    """What a run did."""
+
+    stage: str
+    steps: int
+    """Updates done in all (including those before a resume)."""
+    stopped_early: bool = False
+    best_accuracy: float | None = None
+    best_step: int | None = None
+    final_accuracy: float | None = None
+    run_dir: Path | None = None
+    output: Path | None = None
+    """The trained weights: a peft adapter folder or a model folder."""
+    warnings: list[str] = field(default_factory=list)
+
+
+class Trainer:
+    """One training stage on one model (see the module docstring).
+
+    Args:
+        config: the run's settings.
+        backend: the transformers backend holding the model (trained in place).
+        prompts: the prompt stream (``PromptSource``); not needed by ``run_stream``.
+        heldout: prompts scored with greedy decoding for accuracy and early stopping (may be empty).
+        reward_fn: ``reward_fn(prompt, text)`` -> RewardResult (``train.data.reward_fn``) or float.
+        target_text: for ``sft``, the answer to teach for a prompt.
+        accelerator: an ``accelerate.Accelerator`` for several processes.
+    """
+
+    def __init__(self, config: TrainConfig, *, backend: TransformersBackend, prompts: PromptSource | None = None,
+                 heldout: Sequence[RolloutPrompt] = (), reward_fn: Callable[[RolloutPrompt, str], Any],
+                 target_text: TargetText | None = None, accelerator: Any = None) -> None:
+        self.config = config
+        self.backend = backend
+        self.prompts = prompts
+        self.heldout = list(heldout)
+        self.reward_fn = reward_fn
+        self.target_text = target_text
+        self.accelerator = accelerator
+        self.run_dir = Path(config.train.run_dir)
+        self.step = 0
+        self._next_group_id = 0
+        self._skipped_batches = 0
+        self.warnings: list[str] = []
+        torch.manual_seed(config.train.seed)
+        stage = config.train.stage
+        m, rl = config.model, config.rl
+        if stage == "rl":
+            self.learner: Learner | SupervisedLearner = Learner(
+                backend, algo=config.train.algo, finetune=m.finetune, lr=rl.lr or None, clip_low=rl.clip_low,
+                clip_high=rl.clip_high or None, kl_coef=None if rl.kl_coef < 0 else rl.kl_coef,
+                ppo_epochs=rl.ppo_epochs, minibatches=rl.minibatches,
+                max_staleness=None if rl.max_staleness < 0 else rl.max_staleness,
+                max_is_ratio=rl.max_is_ratio or None, max_grad_norm=rl.max_grad_norm,
+                dual_clip=rl.dual_clip or None, weight_decay=rl.weight_decay, warmup_steps=rl.warmup_steps,
+                total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, schedule=rl.schedule,
+                gradient_checkpointing=m.gradient_checkpointing, freeze_vision=m.freeze_vision,
+                lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets,
+                accelerator=accelerator, seed=config.train.seed)
+        else:
+            self.learner = SupervisedLearner(
+                backend, finetune=m.finetune, lr=config.sft.lr or None, weight_decay=rl.weight_decay,
+                max_grad_norm=rl.max_grad_norm, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+                lora_targets=m.lora_targets, gradient_checkpointing=m.gradient_checkpointing,
+                accelerator=accelerator)
+        c = config.curriculum
+        self.curriculum = AdaptiveCurriculum(QueueConfig(
+            ema=c.ema, hard_below=c.hard_below, hard_fraction=c.hard_fraction, max_hard=c.queue_size,
+            seed=config.train.seed)) if c.enabled else None
+        self.monitor = CollapseMonitor()
+        e = config.eval
+        self.early = EarlyStopping(patience=e.patience, min_delta=e.min_delta, mode="max") if e.patience else None
+        self.best: tuple[float, int] | None = None
+
+    # -- set-up from a config ------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config: TrainConfig, *, accelerator: Any = None) -> Trainer:
+        """Build the backend, the data source, the held-out prompts and the reward from ``config``."""
+        backend = build_backend(config)
+        data = build_data(config, backend.preset)
+        trainer = cls(config, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=data.reward_fn,
+                      target_text=data.target_text, accelerator=accelerator)
+        trainer._data = data
+        return trainer
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator is None or bool(self.accelerator.is_main_process)
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "stage": self.config.train.stage, "step": self.step, "next_group_id": self._next_group_id,
+            "skipped_batches": self._skipped_batches,
+            "data": self.prompts.state_dict() if self.prompts is not None else None,
+            "curriculum": self.curriculum.state_dict() if self.curriculum is not None else None,
+            "early_stopping": self.early.state_dict() if self.early is not None else None,
+            "best": list(self.best) if self.best else None,
+            "monitor": self.monitor.state_dict(),
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        if state.get("stage") != self.config.train.stage:
+            raise CheckpointError(f"the checkpoint is of stage {state.get('stage')!r}, this run is "
+                                  f"{self.config.train.stage!r}; start the next stage from its adapter instead "
+                                  f"(model.adapter = <checkpoint>/adapter)")
+        self.step = int(state["step"])
+        self._next_group_id = int(state.get("next_group_id", 0))
+        self._skipped_batches = int(state.get("skipped_batches", 0))
+        if self.prompts is not None and state.get("data") is not None:
+            self.prompts.load_state_dict(state["data"])
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+        if self.early is not None and state.get("early_stopping") is not None:
+            self.early.load_state_dict(state["early_stopping"])
+        if state.get("best"):
+            self.best = (float(state["best"][0]), int(state["best"][1]))
+        if state.get("monitor") is not None:
+            self.monitor.load_state_dict(state["monitor"])
+
+    def _resume(self) -> int | None:
+        """Apply ``train.resume``; returns the step resumed from (None: a fresh start)."""
+        resume = self.config.train.resume
+        if not resume:
+            found = latest_checkpoint(self.run_dir)
+            if found is not None:
+                raise CheckpointError(f"{self.run_dir} already holds checkpoints (newest {found.name}); pass "
+                                      f"--set train.resume=auto to continue that run, or choose another run_dir")
+            return None
+        path = self.run_dir if resume == "auto" else Path(resume)
+        if resume == "auto" and latest_checkpoint(self.run_dir) is None:
+            log.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.run_dir)
+            return None
+        ck = load_checkpoint(path, self.learner) if isinstance(self.learner, Learner) else \
+            _load_sft_checkpoint(path, self.learner)
+        self._restore(ck.state)
+        log.info("resumed from %s at step %d", ck.path, ck.step)
+        return ck.step
+
+    def _checkpoint(self) -> None:
+        if not self.is_main:
+            return
+        keep = self.config.checkpoint.keep or None
+        if isinstance(self.learner, Learner):
+            save_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(), keep=keep)
+        else:
+            _save_sft_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(), keep=keep)
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        """Run the configured stage to ``train.steps`` updates (or early stopping)."""
+        if self.prompts is None:
+            raise ValueError("this trainer has no prompt source; use run_stream(groups) for scored samples")
+        stage = self.config.train.stage
+        if stage == "sft" and self.target_text is None:
+            raise ValueError("stage sft needs target_text: the data source must know each prompt's answer")
+        update = {"rl": self._rl_update, "sft": self._sft_update, "rft": self._rft_update}[stage]
+        return self._loop(update)
+
+    def run_stream(self, groups: Iterable[Sequence[TrainSample]]) -> TrainResult:
+        """RL on scored groups from a stream (files, or live actors): one update per ``prompts_per_batch``
+        complete groups, until the stream ends or ``train.steps`` updates are done."""
+        if self.config.train.stage != "rl":
+            raise ValueError("run_stream trains with RL: set train.stage = \"rl\"")
+        it = iter(groups)
+
+        def update() -> dict[str, float] | None:
+            batch: list[list[TrainSample]] = []
+            for g in it:
+                batch.append(list(g))
+                if len(batch) == self.config.rl.prompts_per_batch:
+                    break
+            if not batch:
+                raise StopIteration
+            return self._learn(batch, {})
+
+        return self._loop(update)
+
+    def _loop(self, update: Callable[[], dict[str, float] | None]) -> TrainResult:
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        start = self._resume()
+        if self.is_main:
+            (self.run_dir / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=1), encoding="utf-8")
+        result = TrainResult(stage=cfg.train.stage, steps=self.step, run_dir=self.run_dir)
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.log.tensorboard, png=cfg.log.png,
+                               resume_step=start) if self.is_main else None
+        progress = Progress(cfg.train.steps, enabled=None if cfg.log.progress and self.is_main else False,
+                            start_step=self.step)
+        try:
+            with progress:
+                while self.step < cfg.train.steps:
+                    t0 = time.perf_counter()
+                    try:
+                        metrics = update()
+                    except StopIteration:
+                        log.info("the sample stream ended after %d updates", self.step)
+                        break
+                    self.step += 1
+                    if metrics is None:
+                        metrics = {}
+                    metrics["time/step_s"] = time.perf_counter() - t0
+                    if metrics.get("train/samples"):
+                        metrics["time/samples_per_s"] = metrics["train/samples"] / metrics["time/step_s"]
+                    metrics["train/skipped_batches"] = float(self._skipped_batches)
+                    stop = False
+                    e = cfg.eval
+                    if self.heldout and ((e.every and self.step % e.every == 0) or self.step == cfg.train.steps):
+                        acc = self.evaluate()
+                        metrics["eval/accuracy"] = acc
+                        stop = self._after_eval(acc, result)
+                    for w in self.monitor.update(self.step, metrics):
+                        self.warnings.append(str(w))
+                    if logger is not None:
+                        logger.log(self.step, metrics)
+                    progress.update(self.step, metrics)
+                    ck = cfg.checkpoint.every
+                    if (ck and self.step % ck == 0) or self.step == cfg.train.steps or stop:
+                        self._checkpoint()
+                    if stop:
+                        result.stopped_early = True
+                        break
+        finally:
+            if logger is not None:
+                logger.close()
+        result.steps = self.step
+        result.warnings = list(self.warnings)
+        if self.best is not None:
+            result.best_accuracy, result.best_step = self.best
+        if self.is_main:
+            if not result.stopped_early and self.step and (latest_checkpoint(self.run_dir) is None or
+                                                           latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
+                self._checkpoint()
+            result.output = self._export()
+        return result
+
+    def _after_eval(self, acc: float, result: TrainResult) -> bool:
+        result.final_accuracy = acc
+        if math.isfinite(acc) and (self.best is None or acc > self.best[0]):
+            self.best = (acc, self.step)
+        if self.config.train.stage == "sft" and self.config.sft.stop_accuracy and acc >= self.config.sft.stop_accuracy:
+            log.info("held-out accuracy %.3f reached sft.stop_accuracy %.3f: stopping SFT", acc,
+                     self.config.sft.stop_accuracy)
+            return True
+        if self.early is not None:
+            self.early.update(acc, self.step)
+            if self.early.should_stop:
+                log.info("early stopping: no better held-out accuracy than %.3f (step %s) for %d evaluations",
+                         self.early.best, self.early.best_step, self.config.eval.patience)
+                return True
+        return False
+
+    def _export(self) -> Path:
+        """The final weights as a usable folder: ``run_dir/adapter`` (LoRA) or ``run_dir/model`` (full)."""
+        import shutil
+
+        name = "adapter" if self.config.model.finetune == "lora" else "model"
+        out = self.run_dir / name
+        shutil.rmtree(out, ignore_errors=True)
+        tmp = self.run_dir / ".export"
+        shutil.rmtree(tmp, ignore_errors=True)
+        saved = save_adapter(self.learner, tmp)  # type: ignore[arg-type]
+        saved.rename(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    # -- evaluation ------------------------------------------------------------------------------
+
+    def evaluate(self) -> float:
+        """Greedy top-1 accuracy on the held-out prompts."""
+        self._model_eval()
+        res = greedy_accuracy(self.backend, self.heldout, self.reward_fn,
+                              max_new_tokens=self.config.rl.max_new_tokens)
+        return res.accuracy
+
+    def _model_eval(self) -> None:
+        self.backend.model.eval()
+
+    # -- one update per stage -----------------------------------------------------------------------
+
+    def _draw(self, n: int) -> list[RolloutPrompt]:
+        """``n`` prompts, or under several processes this process's share of them (every process draws the same
+        seeded batch and keeps every world-th prompt, so together they cover it once)."""
+        assert self.prompts is not None
+        if self.curriculum is not None:
+            batch = self.curriculum.next_batch(self.prompts, n)
+        else:
+            batch = self.prompts.next_prompts(n)
+        if self.accelerator is not None and self.accelerator.num_processes > 1:
+            batch = batch[self.accelerator.process_index::self.accelerator.num_processes]
+        return batch
+
+    def _rollout(self, prompts: Sequence[RolloutPrompt]) -> list[list[TrainSample]]:
+        assert isinstance(self.learner, Learner)
+        groups = rollout_groups(self.backend, prompts, self.config.rl.group_size, self.reward_fn,
+                                max_new_tokens=self.config.rl.max_new_tokens, first_group_id=self._next_group_id,
+                                adapter_version=self.learner.adapter_version)
+        self._next_group_id += len(prompts)
+        return groups
+
+    def _rl_update(self) -> dict[str, float] | None:
+        set_step = getattr(self.reward_fn, "set_step", None)
+        if set_step is not None:  # the distance reward's threshold schedule
+            set_step(self.step)
+        rl, flt = self.config.rl, self.config.filter
+        want = rl.prompts_per_batch
+        seen: list[list[TrainSample]] = []
+        if flt.dynamic_sampling:
+            def draw(k: int) -> list[list[TrainSample]]:
+                groups = self._rollout(self._draw(k))
+                seen.extend(groups)
+                return groups
+
+            correct = Correctness()
+
+            def informative(g: list[TrainSample]) -> bool:
+                n_ok = sum(correct(s) for s in g)
+                if len(g) < 2 or len({s.reward for s in g}) < 2:
+                    return False
+                return not ((flt.drop_all_correct and n_ok == len(g)) or (flt.drop_all_wrong and n_ok == 0))
+
+            batch = dynamic_sample(draw, want, max_draws=flt.max_draws, accept=informative)
+            kept, extra = batch.groups, batch.metrics()
+        else:
+            seen = self._rollout(self._draw(want))
+            res = filter_groups(seen, drop_all_correct=flt.drop_all_correct, drop_all_wrong=flt.drop_all_wrong)
+            kept, extra = res.kept, res.metrics()
+        return self._learn(kept, extra, seen)
+
+    def _learn(self, kept: list[list[TrainSample]], extra: dict[str, float],
+               seen: list[list[TrainSample]] | None = None) -> dict[str, float] | None:
+        from train.curriculum import is_failed
+        from train.monitors import collapse_metrics
+
+        seen = seen if seen is not None else kept
+        metrics = dict(extra)
+        usable = [[s for s in g if not is_failed(s)] for g in seen]
+        usable = [g for g in usable if g]
+        metrics["rollout/failed_samples"] = float(sum(is_failed(s) for g in seen for s in g))
+        if usable:
+            metrics.update(collapse_metrics(usable))
+            flat = [s for g in usable for s in g]
+            metrics["rollout/reward_mean"] = sum(s.reward for s in flat) / len(flat)
+            correct = Correctness()
+            metrics["rollout/accuracy"] = sum(correct(s) for s in flat) / len(flat)
+        if self.curriculum is not None:
+            metrics.update(self.curriculum.observe(seen))
+        kept = [[s for s in g if not is_failed(s)] for g in kept]
+        kept = [g for g in kept if len(g) >= 2]
+        if not kept:
+            self._skipped_batches += 1
+            log.info("update %d: no informative group left after filtering; nothing to learn from", self.step + 1)
+            return metrics
+        assert isinstance(self.learner, Learner)
+        metrics.update(self.learner.step(kept))
+        return metrics
+
+    def _sft_update(self) -> dict[str, float]:
+        assert self.target_text is not None and isinstance(self.learner, SupervisedLearner)
+        prompts = self._draw(self.config.sft.batch_size)
+        examples = [SFTExample(p.messages, p.image, self.target_text(p), p.origin) for p in prompts]
+        return self.learner.step(examples)
+
+    def _rft_update(self) -> dict[str, float] | None:
+        assert isinstance(self.learner, SupervisedLearner)
+        prompts = self._draw(self.config.sft.batch_size)
+        examples, stats = rejection_sample(self.backend, prompts, self.config.sft.rft_samples, self.reward_fn,
+                                           accept=is_correct, max_new_tokens=self.config.rl.max_new_tokens)
+        metrics = {"rft/prompts": float(stats.prompts), "rft/sampled": float(stats.sampled),
+                   "rft/accepted": float(stats.accepted), "rft/kept": float(stats.kept),
+                   "rft/accept_rate": stats.accept_rate}
+        if not examples:
+            self._skipped_batches += 1
+            return metrics
+        metrics.update(self.learner.step(examples))
+        return metrics
+
+
+# -- the SFT stages' checkpoints ---------------------------------------------------------------------
+
+
+def _save_sft_checkpoint(run_dir: Path, step: int, learner: SupervisedLearner, state: dict[str, Any], *,
+                         keep: int | None) -> Path:
+    return save_checkpoint(run_dir, step, _SFTView(learner), state, keep=keep)  # type: ignore[arg-type]
+
+
+def _load_sft_checkpoint(path: Path, learner: SupervisedLearner) -> Any:
+    return load_checkpoint(path, _SFTView(learner))  # type: ignore[arg-type]
+
+
+class _SFTView:
+    """The parts of a ``Learner`` that ``train.checkpoint`` reads, for a ``SupervisedLearner``."""
+
+    def __init__(self, learner: SupervisedLearner) -> None:
+        self._l = learner
+        self.backend = learner.backend
+        self.finetune = learner.finetune
+        self.peft_model = learner.model
+        self.adapter_name = getattr(learner, "adapter_name", "sft")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self._l.state_dict(), "finetune": self.finetune}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._l.load_state_dict(state)
+
+
+# -- the model ---------------------------------------------------------------------------------------
+
+
+def build_backend(config: TrainConfig) -> TransformersBackend:
+    """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny")."""
+    from policy.backends.hf import TransformersBackend
+    from policy.presets import preset_for
+
+    m = config.model
+    path = m.path
+    overrides: dict[str, Any] = {}
+    if m.min_pixels:
+        overrides["min_pixels"] = m.min_pixels
+    if m.max_pixels:
+        overrides["max_pixels"] = m.max_pixels
+    if not path:
+        raise ValueError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
+                         "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
+    if path == "tiny":
+        from policy.tiny import build_tiny_qwen25vl
+
+        target = Path(config.train.run_dir) / "tiny-model"
+        if not (target / "config.json").is_file():
+            build_tiny_qwen25vl(target, seed=config.train.seed)
+        path = str(target)
+        preset = preset_for("tiny-qwen", m.format or "infigui-g1", min_pixels=m.min_pixels or 4 * 28 * 28,
+                            max_pixels=m.max_pixels or 64 * 28 * 28)
+    else:
+        preset = preset_for(m.path, m.format or None, **overrides)
+    return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
+                               adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
+
+
+# -- data from a config ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainData:
+    """What ``build_data`` assembles for a run."""
+
+    prompts: Any
+    """A ``train.data.PromptSampler`` over the training items."""
+    heldout: list[RolloutPrompt]
+    reward_fn: Any
+    target_text: TargetText
+    sources: list[Any] = field(default_factory=list)
+    """Sources to close at the end (a generated source holds a browser)."""
+
+    def close(self) -> None:
+        for s in self.sources:
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
+
+
+def build_data(config: TrainConfig, preset: Any) -> TrainData:
+    """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
+    from train import data as D
+    from train.curriculum import ThresholdSchedule
+
+    d, c = config.data, config.curriculum
+    seed = config.train.seed
+    sources: list[Any] = []
+    if d.source == "generated":
+        train_src = D.GeneratedSource(range(d.seeds), preset=preset)
+        sources.append(train_src)
+        held_src: Any = D.GeneratedSource(range(d.seeds, d.seeds + d.heldout_size), preset=preset) \
+            if d.heldout_size and not d.heldout_path else None
+    elif d.source == "grounding":
+        train_src = D.GroundingSource(d.path, preset=preset)
+        held_src = None
+    elif d.source == "trajectories":
+        train_src = D.TrajectorySource(d.path, preset=preset)
+        held_src = None
+    else:
+        raise ValueError("data.source = \"samples\" trains on scored samples: use Trainer.run_stream "
+                         "(agent train does this for you)")
+    if held_src is not None:
+        sources.append(held_src)
+    if d.heldout_path:
+        held_src = D.GroundingSource(d.heldout_path, preset=preset)
+    elif held_src is None and d.heldout_size:
+        # hold out a seeded share of the training file itself
+        order = torch.randperm(len(train_src), generator=torch.Generator().manual_seed(seed)).tolist()
+        n = min(d.heldout_size, max(0, len(train_src) - 1))
+        held_src, train_src = _Subset(train_src, order[:n], "heldout"), _Subset(train_src, order[n:], "train")
+    heldout: list[RolloutPrompt] = []
+    if held_src is not None:
+        sampler = D.PromptSampler(held_src, seed=seed, shuffle=False)
+        heldout = sampler.next_prompts(min(len(held_src), d.heldout_size or len(held_src)))
+    schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
+        if c.threshold_start and c.threshold_steps else None
+    reward = D.reward_fn(d.reward, think=d.think if _family(preset) == "infigui-g1" else None, preset=preset,
+                         schedule=schedule)
+    prompts = D.PromptSampler(train_src, seed=seed)
+    return TrainData(prompts, heldout, reward, lambda p: answer_text(p, think=d.think), sources)
+
+
+def _family(preset: Any) -> str:
+    return str(getattr(preset, "family", ""))
+
+
+class _Subset:
+    """Some items of a source, under the source's ids (a held-out split)."""
+
+    def __init__(self, source: Any, indices: Sequence[int], part: str) -> None:
+        self._source = source
+        self._indices = list(indices)
+        self.name = f"{source.name}[{part}]"
+        self.skipped = source.skipped
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def item_id(self, index: int) -> str:
+        return self._source.item_id(self._indices[index])
+
+    def prompt(self, index: int) -> RolloutPrompt:
+        return self._source.prompt(self._indices[index])
+
+
+def answer_text(prompt: RolloutPrompt, *, think: bool = True) -> str:
+    """The answer an SFT example teaches for ``prompt``, in its family's output format: InfiGUI-G1's point list
+    (``[{"point_2d": [x, y]}]``, ``[]`` on a negative sample, after a short think block in think mode) or GUI-R1's
+    action list. The point is the target box's centre (or the recorded point), in the model's coordinates."""
+    t = prompt.target or {}
+    family = t.get("family", "")
+    point = t.get("point")
+    if point is None and t.get("box") is not None:
+        x1, y1, x2, y2 = t["box"]
+        point = ((x1 + x2) / 2, (y1 + y2) / 2)
+    if family == "gui-r1":
+        action = t.get("action") or ("impossible" if t.get("negative") else "click")
+        xy = [round(point[0]), round(point[1])] if point is not None else [-100, -100]
+        text = t.get("text") or "no input text"
+        return (f"<think>The task asks for {action}.</think> "
+                f"<answer>[{{'action': '{action}', 'point': {xy}, 'input_text': '{text}'}}]</answer>")
+    if family in ("infigui-g1", "") or "point_2d" in str(prompt.messages):
+        answer = "[]" if point is None else json.dumps([{"point_2d": [round(point[0]), round(point[1])]}])
+        if not (t.get("think", think)):
+            return answer
+        what = "is not on the screen" if point is None else "is at this point"
+        return f"<think>The element for \"{t.get('instruction', '')}\" {what}.</think>\n{answer}"
+    raise ValueError(f"no SFT answer format for model family {family!r}: cold-start SFT supports InfiGUI-G1 point "
+                     f"lists and GUI-R1 actions")
+
+
+def run_from_config(config: TrainConfig) -> TrainResult:
+    """What ``agent train`` does: build everything from ``config``, run the stage, close the data sources.
+
+    Under ``accelerate launch`` (several processes) an ``Accelerator`` joins them; alone, none is made."""
+    import os
+
+    accelerator = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(cpu=config.model.device == "cpu")
+    if config.data.source == "samples":
+        from train.samples import ReadStats, iter_groups, read_jsonl
+
+        backend = build_backend(config)
+        stats = ReadStats()
+        trainer = Trainer(config, backend=backend, reward_fn=lambda p, t: 0.0, accelerator=accelerator)
+        groups = iter_groups(read_jsonl(config.data.path, stats))
+        result = trainer.run_stream(groups)
+        if stats.skipped:
+            result.warnings.append(f"{stats.skipped} bad sample rows skipped (first: {stats.reasons[0]})")
+        return result
+    trainer = Trainer.from_config(config, accelerator=accelerator)
+    try:
+        return trainer.run()
+    finally:
+        trainer._data.close()
