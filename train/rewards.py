@@ -400,6 +400,93 @@ def guir1_reward(
 
 
 # ---------------------------------------------------------------------------
+# Distance reward: partial credit near the box (a curriculum reward; no paper)
+# ---------------------------------------------------------------------------
+
+
+def distance_to_box(x: float, y: float, box: Sequence[float]) -> float:
+    """Euclidean distance from (x, y) to the nearest point of ``box`` (0 inside it, edges included)."""
+    x1, y1, x2, y2 = box
+    dx = max(x1 - x, 0.0, x - x2)
+    dy = max(y1 - y, 0.0, y - y2)
+    return math.hypot(dx, dy)
+
+
+def distance_reward(
+    response: str,
+    box: tuple[float, float, float, float] | None,
+    *,
+    threshold: float,
+    image_size: tuple[int, int],
+    think: bool = True,
+) -> RewardResult:
+    """Partial credit by how far the first predicted point lands from the box.
+
+    The response is read as InfiGUI-G1's answer (think gate unless ``think=False``, then the
+    ``[{"point_2d": [x, y]}, ...]`` list); only the first point is scored. With ``d`` the distance
+    from that point to the box in model-input pixels and ``D`` the diagonal of the ``image_size``
+    (w', h') image, the normalised distance is ``d / D`` and
+
+    - ``accuracy = 1`` inside the box (edges included),
+    - ``accuracy = max(0, 1 - (d / D) / threshold)`` outside it (``threshold = 0``: only a hit counts),
+    - ``format = 1`` when the answer parses, and ``total = format + accuracy`` in [0, 2].
+
+    A format failure scores 0 (format 0, accuracy 0). An empty list scores accuracy 0, except on a
+    negative sample (``box`` None), where it is the right answer (accuracy 1) and any point is wrong
+    (accuracy 0). A curriculum tightens ``threshold`` over training (``train.curriculum``).
+    """
+    if not _is_number(threshold) or threshold < 0:
+        raise ValueError(f"threshold must be a finite number >= 0 (a share of the image diagonal), got {threshold!r}")
+    if len(image_size) != 2 or not all(_is_number(v) and v > 0 for v in image_size):
+        raise ValueError(f"image_size must be (w, h) with positive sides, got {image_size!r}")
+    negative = box is None
+    gt = None if negative else _check_box(box)
+    info: dict[str, Any] = {
+        "num_pred": 0,
+        "has_correct": False,
+        "distance_px": None,
+        "distance": None,
+        "threshold": float(threshold),
+        "negative": negative,
+        "format_ok": False,
+        "error": "",
+    }
+
+    def fail(reason: str) -> RewardResult:
+        info["error"] = reason
+        return RewardResult(0.0, {"format": 0.0, "accuracy": 0.0}, info)
+
+    answer = response
+    if think:
+        answer, reason = _think_gate(response)
+        if answer is None:
+            return fail(reason)
+    points = parse_point_list(answer)
+    if points is None:
+        return fail("no valid point list: need [{\"point_2d\": [x, y]}, ...]")
+    info["num_pred"] = len(points)
+    info["format_ok"] = True
+
+    if gt is None or not points:
+        acc = 1.0 if negative and not points else 0.0
+        info["has_correct"] = acc == 1.0
+        return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
+
+    x, y = points[0]
+    d = distance_to_box(x, y, gt)
+    d_norm = d / math.hypot(image_size[0], image_size[1])
+    info.update(distance_px=d, distance=d_norm)
+    if d == 0.0:
+        acc = 1.0
+        info["has_correct"] = True
+    elif threshold == 0:
+        acc = 0.0
+    else:
+        acc = max(0.0, 1.0 - d_norm / threshold)
+    return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
+
+
+# ---------------------------------------------------------------------------
 # Registry: the trainer config names a reward, this maps the name to a callable.
 # ---------------------------------------------------------------------------
 
@@ -410,6 +497,7 @@ REWARDS: dict[str, RewardFn] = {
     "aepo_paper": functools.partial(aepo_reward, variant="paper"),
     "guir1": guir1_reward,
     "guir1_paper": functools.partial(guir1_reward, variant="paper"),
+    "distance": distance_reward,
 }
 
 

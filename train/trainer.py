@@ -337,7 +337,8 @@ class Trainer:
         shutil.rmtree(out, ignore_errors=True)
         tmp = self.run_dir / ".export"
         shutil.rmtree(tmp, ignore_errors=True)
-        saved = save_adapter(self.learner, tmp)  # type: ignore[arg-type]
+        learner = self.learner if isinstance(self.learner, Learner) else _SFTView(self.learner)
+        saved = save_adapter(learner, tmp)  # type: ignore[arg-type]
         saved.rename(out)
         shutil.rmtree(tmp, ignore_errors=True)
         return out
@@ -486,6 +487,13 @@ class _SFTView:
 # -- the model ---------------------------------------------------------------------------------------
 
 
+def _for_family(family: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The variant override only where the family has a no_think variant (InfiGUI-G1)."""
+    if family != "infigui-g1":
+        return {k: v for k, v in overrides.items() if k != "variant"}
+    return overrides
+
+
 def build_backend(config: TrainConfig) -> TransformersBackend:
     """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny")."""
     from policy.backends.hf import TransformersBackend
@@ -498,6 +506,8 @@ def build_backend(config: TrainConfig) -> TransformersBackend:
         overrides["min_pixels"] = m.min_pixels
     if m.max_pixels:
         overrides["max_pixels"] = m.max_pixels
+    if not config.data.think:
+        overrides["variant"] = "no_think"  # InfiGUI-G1's released no_think prompt: no think system message
     if not path:
         raise ValueError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
                          "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
@@ -508,10 +518,13 @@ def build_backend(config: TrainConfig) -> TransformersBackend:
         if not (target / "config.json").is_file():
             build_tiny_qwen25vl(target, seed=config.train.seed)
         path = str(target)
-        preset = preset_for("tiny-qwen", m.format or "infigui-g1", min_pixels=m.min_pixels or 4 * 28 * 28,
-                            max_pixels=m.max_pixels or 64 * 28 * 28)
+        overrides.setdefault("min_pixels", 4 * 28 * 28)
+        overrides.setdefault("max_pixels", 64 * 28 * 28)
+        fmt = m.format or "infigui-g1"
+        preset = preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
     else:
-        preset = preset_for(m.path, m.format or None, **overrides)
+        base = preset_for(m.path, m.format or None)
+        preset = preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
     return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
                                adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
 

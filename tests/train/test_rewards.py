@@ -12,6 +12,8 @@ from train.rewards import (
     REWARDS,
     RewardResult,
     aepo_reward,
+    distance_reward,
+    distance_to_box,
     get_reward,
     guir1_reward,
     is_collinear,
@@ -417,3 +419,72 @@ def test_guir1_never_raises_and_stays_in_range(response, gt):
 def test_token_f1_is_a_symmetric_fraction(pred, gt):
     f = token_f1(pred, gt)
     assert 0.0 <= f <= 1.0 and f == pytest.approx(token_f1(gt, pred))
+
+
+# ---------------------------------------------------------------- distance reward
+
+# image 300 x 400: diagonal 500; box (100, 100, 200, 200)
+DBOX = (100, 100, 200, 200)
+
+
+def dist(response: str, box=DBOX, threshold: float = 0.2, **kw) -> RewardResult:
+    return distance_reward(response, box, threshold=threshold, image_size=(300, 400), **kw)
+
+
+@pytest.mark.parametrize(
+    ("points", "accuracy", "d_px"),
+    [
+        (((150, 150),), 1.0, 0.0),  # inside
+        (((200, 150),), 1.0, 0.0),  # on the edge: inside
+        (((230, 150),), 0.7, 30.0),  # d = 30, d/D = 0.06, 1 - 0.06/0.2 = 0.7
+        (((224, 232),), 0.6, 40.0),  # dx 24, dy 32: d = 40, d/D = 0.08, 1 - 0.08/0.2 = 0.6
+        (((76, 68),), 0.6, 40.0),  # the same distance up and left of the box
+        (((400, 400),), 0.0, 200 * math.sqrt(2)),  # d/D = 0.566 > 0.2: no credit
+        (((400, 400), (150, 150)), 0.0, 200 * math.sqrt(2)),  # only the first point counts
+    ],
+)
+def test_distance_reward_values(points, accuracy, d_px):
+    r = dist(think(pts(*points)))
+    assert r.parts == {"format": 1.0, "accuracy": pytest.approx(accuracy)}
+    assert r.total == pytest.approx(1.0 + accuracy)
+    assert r.info["distance_px"] == pytest.approx(d_px) and r.info["distance"] == pytest.approx(d_px / 500)
+    assert r.info["has_correct"] == (d_px == 0.0) and r.info["num_pred"] == len(points)
+
+
+def test_distance_reward_threshold_zero_counts_only_hits():
+    assert dist(think(pts((224, 232))), threshold=0.0).total == 1.0
+    assert dist(think(pts((150, 150))), threshold=0.0).total == 2.0
+
+
+def test_distance_reward_empty_lists_negatives_and_format():
+    assert dist(think("[]")).total == 1.0  # target present, no point: format only
+    assert dist(think("[]"), box=None).total == 2.0  # negative: abstaining is right
+    neg = dist(think(pts((10, 10))), box=None)
+    assert neg.total == 1.0 and neg.info["negative"] and not neg.info["has_correct"]
+    for bad in (pts((150, 150)), think("no list here"), think('[{"point_2d": [1]}]')):
+        r = dist(bad)
+        assert r.total == 0.0 and r.parts == {"format": 0.0, "accuracy": 0.0} and r.info["error"]
+    assert dist(pts((150, 150)), think=False).total == 2.0
+
+
+def test_distance_reward_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="threshold"):
+        dist(think(pts((1, 1))), threshold=-0.1)
+    with pytest.raises(ValueError, match="image_size"):
+        distance_reward(think(pts((1, 1))), DBOX, threshold=0.1, image_size=(0, 10))
+    with pytest.raises(ValueError, match="x1 <= x2"):
+        dist(think(pts((1, 1))), box=(200, 100, 100, 200))
+    assert get_reward("distance") is distance_reward
+
+
+def test_distance_to_box():
+    assert distance_to_box(5, 5, (0, 0, 10, 10)) == 0.0
+    assert distance_to_box(13, 14, (0, 0, 10, 10)) == 5.0  # 3-4-5 from the corner
+    assert distance_to_box(-2, 5, (0, 0, 10, 10)) == 2.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(response=RESPONSES, negative=st.booleans(), threshold=st.floats(0, 1))
+def test_distance_reward_never_raises_and_stays_in_range(response, negative, threshold):
+    r = dist(response, box=None if negative else DBOX, threshold=threshold)
+    assert 0.0 <= r.total <= 2.0 and r.total == pytest.approx(r.parts["format"] + r.parts["accuracy"])

@@ -1,0 +1,176 @@
+"""The trainer on the tiny random Qwen2.5-VL: a run resumed from a checkpoint reproduces the uninterrupted run's
+metrics, the SFT and RFT stages run, one bad sample never stops training, and ``agent train`` reports bad
+configurations clearly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agent.cli import main as cli_main
+from agent.config import load_train_config
+from agent.errors import ConfigError
+from train.checkpoint import CheckpointError
+from train.metrics import read_metrics
+from train.rewards import RewardResult
+from train.trainer import Trainer, answer_text, build_backend, build_data, run_from_config
+
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 screens of 112 px, each with a red square at a different place: a grounding JSONL in our format."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("data")
+    rows = []
+    for i in range(12):
+        img = np.full((112, 112, 3), 255, np.uint8)
+        x, y = (i * 13) % 80, (i * 29) % 80
+        img[y:y + 24, x:x + 24] = (200, 30, 30)
+        Image.fromarray(img).save(root / f"s{i}.png")
+        rows.append({"image": f"s{i}.png", "instruction": "the red square", "box": [x, y, x + 24, y + 24]})
+    path = root / "data.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config(run_dir: Path, data_file: Path, *more: str):
+    return load_train_config(None, [
+        'model.path="tiny"', f'train.run_dir="{run_dir}"', "data.source=grounding", f'data.path="{data_file}"',
+        "data.think=false", "data.heldout_size=3", "rl.group_size=3", "rl.batch_prompts=2", "rl.max_new_tokens=10",
+        'model.lora_targets=["q_proj", "v_proj", "lm_head"]', "rl.lr=0.02", "log.progress=false",
+        "log.tensorboard=false", "log.png=false", *more])
+
+
+DETERMINISTIC = ("time/", "wall_time")
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith(DETERMINISTIC)} for r in rows]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, data_file):
+    # the whole run: 4 updates, checkpoints at 2 and 4
+    full = run_from_config(config(tmp_path / "full", data_file, "train.steps=4", "checkpoint.every=2",
+                                  "eval.every=2", "filter.drop_all_correct=false"))
+    assert full.steps == 4 and (full.output / "adapter_model.safetensors").is_file()
+    # the same run stopped after 2 updates, then resumed to 4 by a new process-like trainer
+    part = tmp_path / "part"
+    run_from_config(config(part, data_file, "train.steps=2", "checkpoint.every=2", "eval.every=2",
+                           "filter.drop_all_correct=false"))
+    resumed = run_from_config(config(part, data_file, "train.steps=4", "checkpoint.every=2", "eval.every=2",
+                                     "filter.drop_all_correct=false", 'train.resume="auto"'))
+    assert resumed.steps == 4
+    a, b = read_metrics(tmp_path / "full" / "metrics.jsonl"), read_metrics(part / "metrics.jsonl")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(comparable(a), comparable(b)):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            va, vb = ra[k], rb[k]
+            assert (va is None and vb is None) or math.isclose(va, vb, rel_tol=1e-5, abs_tol=1e-6), (ra["step"], k, va, vb)
+    assert any(r.get("train/samples") for r in a)  # real updates happened, not only skipped batches
+    assert "eval/accuracy" in a[1] and "eval/accuracy" in a[3]
+
+
+def test_a_fresh_run_refuses_a_folder_with_checkpoints(tmp_path, data_file):
+    run_from_config(config(tmp_path / "r", data_file, "train.steps=1"))
+    with pytest.raises(CheckpointError, match="already holds checkpoints.*train.resume=auto"):
+        run_from_config(config(tmp_path / "r", data_file, "train.steps=1"))
+
+
+def test_sft_stage_lowers_the_loss_and_rft_runs(tmp_path, data_file):
+    cfg = config(tmp_path / "sft", data_file, 'train.stage="sft"', "train.steps=6", "sft.batch_size=4",
+                 "sft.lr=0.01", "eval.every=0", 'model.finetune="full"')
+    result = run_from_config(cfg)
+    rows = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    losses = [r["sft/loss"] for r in rows]
+    assert len(losses) == 6 and losses[-1] < losses[0] * 0.7, losses
+    assert (result.output / "config.json").is_file()  # full fine-tuning exports a model folder
+    rft = run_from_config(config(tmp_path / "rft", data_file, 'train.stage="rft"', "train.steps=1",
+                                 "sft.batch_size=2", "sft.rft_samples=3", "eval.every=0"))
+    rows = read_metrics(tmp_path / "rft" / "metrics.jsonl")
+    assert rft.steps == 1 and rows[0]["rft/sampled"] == 6.0
+
+
+def test_answer_text_teaches_the_box_centre(tmp_path, data_file):
+    cfg = config(tmp_path / "a", data_file)
+    backend = build_backend(cfg)
+    data = build_data(cfg, backend.preset)
+    p = data.prompts.next_prompts(1)[0]
+    x1, y1, x2, y2 = p.target["box"]
+    text = answer_text(p, think=False)
+    assert json.loads(text) == [{"point_2d": [round((x1 + x2) / 2), round((y1 + y2) / 2)]}]
+    assert data.reward_fn(p, text).info["first_correct"]  # the taught answer is what the reward calls right
+    assert p.target["think"] is False  # data.think=false selects InfiGUI-G1's no_think prompt and answer
+    think = answer_text(dataclasses.replace(p, target={**p.target, "think": True}))
+    assert think.startswith("<think>") and think.endswith("</think>\n" + text)
+
+
+def test_a_raising_reward_is_counted_and_skipped(tmp_path, data_file):
+    cfg = config(tmp_path / "bad", data_file, "train.steps=2", "filter.drop_all_correct=false")
+    backend = build_backend(cfg)
+    data = build_data(cfg, backend.preset)
+    calls = {"n": 0}
+
+    def flaky(prompt, text):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:  # one sample in three fails
+            return RewardResult(0.0, {"reward_failed": 1.0}, {"reward_failed": "ValueError: boom"})
+        return RewardResult(float(len(text) % 3), {"correct": 0.0}, {})
+
+    trainer = Trainer(cfg, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=flaky,
+                      target_text=data.target_text)
+    result = trainer.run()
+    rows = read_metrics(tmp_path / "bad" / "metrics.jsonl")
+    assert result.steps == 2
+    assert sum(r["rollout/failed_samples"] for r in rows) == 4.0  # 2 updates x 6 samples, every third failed
+    assert all(r["train/samples"] <= 4 for r in rows if "train/samples" in r)
+
+
+def test_run_stream_trains_on_scored_sample_files(tmp_path, data_file):
+    from train.learner import rollout_groups
+    from train.samples import write_jsonl
+
+    cfg = config(tmp_path / "gen", data_file)
+    backend = build_backend(cfg)
+    data = build_data(cfg, backend.preset)
+    groups = rollout_groups(backend, data.prompts.next_prompts(4), 3, data.reward_fn, max_new_tokens=8)
+    path = tmp_path / "samples.jsonl"
+    write_jsonl(path, [s for g in groups for s in g])
+    with path.open("a") as f:
+        f.write("{broken\n")
+    result = run_from_config(config(tmp_path / "stream", data_file, "data.source=samples", f'data.path="{path}"',
+                                    "train.steps=5", "filter.drop_all_correct=false"))
+    assert result.steps == 2  # 4 groups, 2 per update: the stream ends after 2 updates
+    assert any("1 bad sample rows skipped" in w for w in result.warnings)
+
+
+def test_config_errors_name_the_problem(tmp_path, data_file, capsys):
+    with pytest.raises(ConfigError, match="batch_size 12 does not divide by group_size 8"):
+        load_train_config(None, ["rl.batch_size=12", "rl.group_size=8"])
+    with pytest.raises(ConfigError, match="unknown option rl.group_sise: did you mean 'group_size'"):
+        load_train_config(None, ["rl.group_sise=8"])
+    with pytest.raises(ConfigError, match="source 'grounding' needs data.path"):
+        load_train_config(None, ["data.source=grounding"])
+    assert cli_main(["train", "--set", "rl.group_size=1"]) == 2
+    assert "group_size must be at least 2" in capsys.readouterr().out
+    assert cli_main(["train", "--set", f'train.run_dir="{tmp_path}/x"', "--set", "data.source=grounding",
+                     "--set", f'data.path="{tmp_path}/missing.jsonl"', "--set", 'model.path="tiny"']) == 2
+    assert "does not exist" in capsys.readouterr().out
+
+
+def test_configs_train_toml_lists_every_default():
+    from agent.config import render_train_defaults
+
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / "configs" / "train.toml").read_text() == render_train_defaults(), \
+        "regenerate: python -c 'from agent.config import render_train_defaults as r; print(r(), end=\"\")' > configs/train.toml"
+    assert load_train_config(repo / "configs" / "train.toml") == load_train_config(None)
