@@ -274,6 +274,33 @@ class Learner:
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         return rloo_advantages(rewards, group_ids) if self.algo == "aepo" else grpo_advantages(rewards, group_ids)
 
+    def group_advantages(self, groups: Sequence[Sequence[TrainSample]]) -> torch.Tensor:
+        """One advantage per sample, in order.
+
+        Step-level groups (samples without ``origin["episode"]``): each sample is one answer and the advantage
+        compares the answers of its group. Episode-level groups (samples carrying ``origin["episode"]``): the
+        group's units are its episodes; each episode's reward (its samples must agree on it) is compared with the
+        other episodes' and the advantage is shared by every step of the episode, so a long episode does not weigh
+        more in the baseline than a short one."""
+        unit_rewards: list[float] = []
+        unit_group: list[int] = []
+        sample_unit: list[int] = []
+        for gi, g in enumerate(groups):
+            units: dict[Any, int] = {}
+            for si, s in enumerate(g):
+                key = s.origin.get("episode", ("sample", si)) if isinstance(s.origin, dict) else ("sample", si)
+                if key not in units:
+                    units[key] = len(unit_rewards)
+                    unit_rewards.append(float(s.reward))
+                    unit_group.append(gi)
+                elif not math.isclose(unit_rewards[units[key]], float(s.reward), rel_tol=1e-6, abs_tol=1e-9):
+                    raise ValueError(f"episode {key!r} in group {gi} has steps with different rewards "
+                                     f"({unit_rewards[units[key]]} and {s.reward}); an episode-level group gives "
+                                     f"every step of an episode the episode's reward")
+                sample_unit.append(units[key])
+        unit_adv = self.advantages(torch.tensor(unit_rewards, dtype=torch.float32), torch.tensor(unit_group))
+        return unit_adv[torch.tensor(sample_unit, dtype=torch.long)]
+
     def staleness(self, sample: TrainSample) -> int:
         """How many updates behind the current policy the sample's adapter version is (0 when unknown or a
         different adapter: a loaded adapter, a base-model rollout)."""
@@ -304,7 +331,7 @@ class Learner:
         # Groups are numbered by position, so equal group ids in different lists cannot merge by accident.
         group_ids = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-        adv = self.advantages(rewards, group_ids)
+        adv = self.group_advantages(groups)
         max_stale = max(self.staleness(s) for s in samples)
         updates = self.ppo_epochs * self.minibatches
         recompute_old = updates > 1 or max_stale > 0

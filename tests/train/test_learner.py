@@ -147,3 +147,24 @@ def test_iter_groups_streams_complete_groups():
 def test_train_sample_rejects_mismatched_logprobs():
     with pytest.raises(ValueError, match="behaviour_logprobs has 1 entries for 2"):
         TrainSample([], None, (1, 1), (1, 1), "ab", (97, 98), (0.0,), 1.0)
+
+
+def test_episode_level_groups_share_the_episode_advantage(backend):
+    learner = Learner(backend, algo="aepo", lora_targets=TARGETS)
+    messages = [{"role": "user", "content": "x"}]
+
+    def step(episode: str | None, reward: float, k: int) -> TrainSample:
+        origin = {"episode": episode} if episode else {}
+        return TrainSample(messages, None, (1, 1), (1, 1), "a", (97,), None, reward, group_id=0, origin=origin)
+
+    # one task seed, three episodes of 3, 1 and 2 steps with rewards 1, 0, 0: RLOO over the episodes gives
+    # 1 - (0 + 0)/2 = 1, 0 - (1 + 0)/2 = -0.5, -0.5; every step of an episode carries its episode's advantage
+    group = [step("e1", 1.0, 0), step("e1", 1.0, 1), step("e1", 1.0, 2), step("e2", 0.0, 0),
+             step("e3", 0.0, 0), step("e3", 0.0, 1)]
+    adv = learner.group_advantages([group])
+    assert adv.tolist() == pytest.approx([1.0, 1.0, 1.0, -0.5, -0.5, -0.5])
+    # step-level: each sample is its own unit; the same rewards 1, 0, 0 give the same 1, -0.5, -0.5
+    flat = [step(None, 1.0, 0), step(None, 0.0, 0), step(None, 0.0, 0)]
+    assert learner.group_advantages([flat]).tolist() == pytest.approx([1.0, -0.5, -0.5])
+    with pytest.raises(ValueError, match="episode 'e1' in group 0 has steps with different rewards"):
+        learner.group_advantages([[step("e1", 1.0, 0), step("e1", 0.5, 1), step("e2", 0.0, 0)]])
