@@ -117,6 +117,9 @@ class Trainer:
         self._next_group_id = 0
         self._skipped_batches = 0
         self.warnings: list[str] = []
+        self.on_update: list[Callable[[int, dict[str, float]], None]] = []
+        """Called after every update with (step, metrics), before metrics are logged and checkpoints written: the
+        online session publishes the new adapter version here (and may add metrics to the dict)."""
         torch.manual_seed(config.train.seed)
         stage = config.train.stage
         m, rl = config.model, config.rl
@@ -281,6 +284,8 @@ class Trainer:
                     if metrics.get("train/samples"):
                         metrics["time/samples_per_s"] = metrics["train/samples"] / metrics["time/step_s"]
                     metrics["train/skipped_batches"] = float(self._skipped_batches)
+                    for hook in self.on_update:
+                        hook(self.step, metrics)
                     stop = False
                     e = cfg.eval
                     if self.heldout and ((e.every and self.step % e.every == 0) or self.step == cfg.train.steps):
