@@ -88,7 +88,7 @@ from policy.formats.guir1 import KEY_ACTIONS, PLAIN, POINTED
 from policy.model import resize_for_model
 from policy.presets import ModelPreset, preset_for
 from train.curriculum import CORRECT_PART, FAILED_PART, ThresholdSchedule
-from train.learner import RolloutPrompt
+from train.samples import RolloutPrompt
 from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_reward
 
 log = logging.getLogger(__name__)

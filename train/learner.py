@@ -48,7 +48,7 @@ import torch
 from policy.backends.base import GenerationRequest
 from policy.presets import Decoding
 from train.algos import grpo_advantages, kl_k3, policy_loss, rloo_advantages, token_logprobs, zero_std_groups
-from train.samples import TrainSample, messages_with_image
+from train.samples import RolloutPrompt, TrainSample, messages_with_image
 
 if TYPE_CHECKING:
     from policy.backends.hf import TransformersBackend
@@ -493,18 +493,6 @@ def _lr_lambda(warmup: int, total: int | None, schedule: str) -> Callable[[int],
 
 
 # -- rollouts -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutPrompt:
-    """One prompt to sample a group for: messages with a bare ``{"type": "image"}`` part, the model-input image,
-    the frame size it came from, and whatever the reward function needs (``target``) plus provenance."""
-
-    messages: list[dict[str, Any]]
-    image: np.ndarray | None
-    frame_size: tuple[int, int]
-    target: Any = None
-    origin: dict[str, Any] = field(default_factory=dict)
 
 
 RewardFn = Callable[[RolloutPrompt, str], Any]

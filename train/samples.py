@@ -27,7 +27,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReadStats", "TrainSample", "iter_groups", "load_image", "messages_with_image", "read_jsonl", "write_jsonl"]
+__all__ = ["ReadStats", "RolloutPrompt", "TrainSample", "iter_groups", "load_image", "messages_with_image", "read_jsonl", "write_jsonl"]
 
 SCHEMA_VERSION = 1
 
@@ -112,6 +112,18 @@ class TrainSample:
             group_id=int(row["group_id"]), adapter_version=row.get("adapter_version"),
             origin=dict(row.get("origin") or {}), id=row.get("id"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPrompt:
+    """One prompt to sample a group for: messages with a bare ``{"type": "image"}`` part, the model-input image,
+    the frame size it came from, and whatever the reward function needs (``target``) plus provenance."""
+
+    messages: list[dict[str, Any]]
+    image: np.ndarray | None
+    frame_size: tuple[int, int]
+    target: Any = None
+    origin: dict[str, Any] = field(default_factory=dict)
 
 
 def messages_with_image(messages: list[dict[str, Any]], image: np.ndarray | None) -> list[dict[str, Any]]:

@@ -42,10 +42,10 @@ from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from train.config import TrainConfig
 from train.curriculum import AdaptiveCurriculum, Correctness, dynamic_sample, filter_groups
 from train.curriculum import CurriculumConfig as QueueConfig
-from train.learner import Learner, RolloutPrompt, rollout_groups
+from train.learner import Learner, rollout_groups
 from train.metrics import MetricsLogger, Progress
 from train.monitors import CollapseMonitor, EarlyStopping
-from train.samples import TrainSample
+from train.samples import RolloutPrompt, TrainSample
 from train.sft import SFTExample, SupervisedLearner, greedy_accuracy, is_correct, rejection_sample
 
 if TYPE_CHECKING:
