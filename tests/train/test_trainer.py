@@ -174,3 +174,28 @@ def test_configs_train_toml_lists_every_default():
     assert (repo / "configs" / "train.toml").read_text() == render_train_defaults(), \
         "regenerate: python -c 'from agent.config import render_train_defaults as r; print(r(), end=\"\")' > configs/train.toml"
     assert load_train_config(repo / "configs" / "train.toml") == load_train_config(None)
+
+
+def test_curriculum_and_dynamic_sampling_run_from_the_config_and_resume(tmp_path, data_file):
+    more = ("curriculum.enabled=true", "curriculum.hard_fraction=0.5", "filter.dynamic_sampling=true",
+            "filter.max_draws=2", "filter.drop_all_correct=false", "checkpoint.every=1")
+    result = run_from_config(config(tmp_path / "c", data_file, "train.steps=2", *more))
+    rows = read_metrics(tmp_path / "c" / "metrics.jsonl")
+    assert result.steps == 2
+    assert all(r["rollout/dynamic/draws"] >= 1 for r in rows)
+    assert rows[-1]["curriculum/tracked"] >= 2  # running success rates of the prompts seen
+    state = json.loads((tmp_path / "c" / "checkpoints" / "step-000002" / "state.json").read_text())
+    assert state["trainer"]["curriculum"]["observations"] >= 2 and state["trainer"]["data"] is not None
+    resumed = run_from_config(config(tmp_path / "c", data_file, "train.steps=3", 'train.resume="auto"', *more))
+    assert resumed.steps == 3
+
+
+@pytest.mark.timeout(240)
+def test_generated_screens_train_live(tmp_path):
+    cfg = load_train_config(None, [
+        'model.path="tiny"', f'train.run_dir="{tmp_path}"', "data.source=generated", "data.seeds=4",
+        "data.heldout_size=0", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=8", "train.steps=1",
+        "log.progress=false", "log.tensorboard=false", "log.png=false", "filter.drop_all_correct=false"])
+    result = run_from_config(cfg)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert result.steps == 1 and rows[0]["collapse/samples"] == 4.0  # 2 screens rendered in Chromium x 2 answers
