@@ -710,14 +710,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from train.trainer import run_from_config
     except ImportError as e:
         return _error(f"training needs the model extras ({e.name} is missing): pip install -e .[train]")
+    from policy.errors import PolicyError
     from train.checkpoint import CheckpointError
     from train.data import PromptSourceError
 
     console = _console()
     try:
         result = run_from_config(config)
-    except (CheckpointError, PromptSourceError, ValueError, FileNotFoundError) as e:
-        return _error(str(e))
+    except (CheckpointError, PromptSourceError, PolicyError, ValueError, FileNotFoundError) as e:
+        return _error(str(e).strip("'\""))
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the newest checkpoint in "
                       f"{config.train.run_dir}/checkpoints resumes this run (--resume)")

@@ -654,11 +654,16 @@ def run_from_config(config: TrainConfig) -> TrainResult:
     Under ``accelerate launch`` (several processes) an ``Accelerator`` joins them; alone, none is made."""
     import os
 
+    import dataclasses
+
     accelerator = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from accelerate import Accelerator
 
         accelerator = Accelerator(cpu=config.model.device == "cpu")
+        if config.model.device == "cuda":  # one GPU per process
+            local = dataclasses.replace(config.model, device=f"cuda:{accelerator.local_process_index}")
+            config = dataclasses.replace(config, model=local)
     if config.data.source == "samples":
         from train.samples import ReadStats, iter_groups, read_jsonl
 
