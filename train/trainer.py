@@ -436,6 +436,12 @@ class Trainer:
             log.info("update %d: no informative group left after filtering; nothing to learn from", self.step + 1)
             return metrics
         assert isinstance(self.learner, Learner)
+        if self.learner.kl_coef == 0 and all(len({s.reward for s in g}) == 1 for g in kept):
+            # every advantage is 0 and there is no KL term: a step would only apply weight decay and stale
+            # momentum, so none is taken (the collapse monitor reports the zero spread)
+            self._skipped_batches += 1
+            log.info("update %d: every group has equal rewards; no step taken", self.step + 1)
+            return metrics
         metrics.update(self.learner.step(kept))
         return metrics
 
