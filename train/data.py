@@ -313,7 +313,19 @@ def _load_jsonl(file: Path, image_dir: Path | None) -> tuple[list[_GroundingItem
     return items, skipped
 
 
-class GroundingSource:
+class _ListedItems:
+    """A source whose items are listed up front in ``self._items`` (each with an ``id``)."""
+
+    _items: list[Any]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def item_id(self, index: int) -> str:
+        return self._items[index].id
+
+
+class GroundingSource(_ListedItems):
     """Single-step grounding prompts from a grounding file (see the module docstring).
 
     Args:
@@ -343,12 +355,6 @@ class GroundingSource:
         if not self._items:
             shown = "; ".join(str(s) for s in self.skipped[:5]) or "the file holds no rows"
             raise PromptSourceError(f"no usable row in {self.path} ({len(self.skipped)} skipped: {shown})")
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def item_id(self, index: int) -> str:
-        return self._items[index].id
 
     def prompt(self, index: int) -> RolloutPrompt:
         item = self._items[index]
@@ -560,7 +566,7 @@ def _usable_episode(episode: Episode) -> bool:
     return rec.actor is Actor.HUMAN and rec.outcome in (Outcome.CLAIMED, Outcome.INFEASIBLE)
 
 
-class TrajectorySource:
+class TrajectorySource(_ListedItems):
     """GUI-R1-style step prompts from recorded trajectories (see the module docstring).
 
     Args:
@@ -630,12 +636,6 @@ class TrajectorySource:
         if not (episode.path / step.frame_path).is_file():
             return "missing_frame", f"frame {episode.path / step.frame_path} does not exist"
         return None
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def item_id(self, index: int) -> str:
-        return self._items[index].id
 
     def prompt(self, index: int) -> RolloutPrompt:
         item = self._items[index]

@@ -115,6 +115,19 @@ def parse_point_list(answer: str) -> list[tuple[float, float]] | None:
     return points
 
 
+def _gated_points(response: str, think: bool) -> tuple[list[tuple[float, float]] | None, str]:
+    """The answer's points after the think gate (when ``think``), or None and why not."""
+    answer = response
+    if think:
+        answer, reason = _think_gate(response)
+        if answer is None:
+            return None, reason
+    points = parse_point_list(answer)
+    if points is None:
+        return None, "no valid point list: need [{\"point_2d\": [x, y]}, ...]"
+    return points, ""
+
+
 def is_collinear(points: Sequence[tuple[float, float]]) -> bool:
     """True if any three points lie on one line (N >= 3 only; a repeated point
     makes every triple containing it collinear). Exact for integers."""
@@ -194,14 +207,9 @@ def aepo_reward(
         info["error"] = reason
         return RewardResult(-1.0, {"format": 0.0, "accuracy": -1.0}, info)
 
-    answer = response
-    if think:
-        answer, reason = _think_gate(response)
-        if answer is None:
-            return fail(reason)
-    points = parse_point_list(answer)
+    points, reason = _gated_points(response, think)
     if points is None:
-        return fail("no valid point list: need [{\"point_2d\": [x, y]}, ...]")
+        return fail(reason)
     n = len(points)
     info["num_pred"] = n
 
@@ -456,14 +464,9 @@ def distance_reward(
         info["error"] = reason
         return RewardResult(0.0, {"format": 0.0, "accuracy": 0.0}, info)
 
-    answer = response
-    if think:
-        answer, reason = _think_gate(response)
-        if answer is None:
-            return fail(reason)
-    points = parse_point_list(answer)
+    points, reason = _gated_points(response, think)
     if points is None:
-        return fail("no valid point list: need [{\"point_2d\": [x, y]}, ...]")
+        return fail(reason)
     info["num_pred"] = len(points)
     info["format_ok"] = True
 
