@@ -323,11 +323,20 @@ class Learner:
                 if fresh:
                     kept.append(fresh)
             groups = kept
+        bad = 0
+        checked = []
+        for g in groups:
+            good = [s for s in g if self._usable(s)]
+            bad += len(g) - len(good)
+            if good:
+                checked.append(good)
+        groups = checked
         samples = [s for g in groups for s in g]
         if not samples:
-            raise ValueError("step() needs at least one sample" +
+            raise ValueError("step() needs at least one usable sample" +
                              (f" ({dropped_stale} dropped as staler than max_staleness="
-                              f"{self.max_staleness})" if dropped_stale else ""))
+                              f"{self.max_staleness})" if dropped_stale else "") +
+                             (f" ({bad} unusable, see the warnings)" if bad else ""))
         # Groups are numbered by position, so equal group ids in different lists cannot merge by accident.
         group_ids = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -369,11 +378,29 @@ class Learner:
             "train/samples": float(len(samples)),
             "train/response_tokens": float(sum(len(s.response_ids) for s in samples)),
             "train/stale_dropped": float(dropped_stale),
+            "train/bad_samples": float(bad),
             "train/staleness_max": float(max_stale),
             "train/lr": float(self.scheduler.get_last_lr()[0]),
             "train/optimizer_steps": float(self.optimizer_steps),
             "train/step": float(self.steps),
         }
+
+    def _usable(self, s: TrainSample) -> bool:
+        """Whether a sample can be trained on: response ids inside the vocabulary, its image readable. A bad one
+        is logged (naming it) and left out of the update, never allowed to stop training."""
+        vocab = int(self.backend.model.get_output_embeddings().weight.shape[0])
+        where = s.id or s.origin.get("id") or f"group {s.group_id}"
+        bad_ids = [t for t in s.response_ids if not 0 <= t < vocab]
+        if bad_ids:
+            log.warning("sample %s skipped: response token ids %s are outside the vocabulary (size %d)", where,
+                        bad_ids[:3], vocab)
+            return False
+        try:
+            s.image_array()
+        except (OSError, ValueError) as e:
+            log.warning("sample %s skipped: its image cannot be read: %s", where, e)
+            return False
+        return True
 
     def _global_tokens(self, local: int) -> int:
         if self.world_size == 1:

@@ -168,3 +168,23 @@ def test_episode_level_groups_share_the_episode_advantage(backend):
     assert learner.group_advantages([flat]).tolist() == pytest.approx([1.0, -0.5, -0.5])
     with pytest.raises(ValueError, match="episode 'e1' in group 0 has steps with different rewards"):
         learner.group_advantages([[step("e1", 1.0, 0), step("e1", 0.5, 1), step("e2", 0.0, 0)]])
+
+
+def test_an_unusable_sample_is_skipped_not_fatal(backend, caplog, tmp_path):
+    learner = Learner(backend, algo="aepo", lora_targets=TARGETS)
+    image = np.zeros((56, 56, 3), dtype=np.uint8)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}]
+    good = [TrainSample(messages, image, (56, 56), (56, 56), "a", (97, 98), None, float(k), group_id=0)
+            for k in range(2)]
+    out_of_vocab = TrainSample(messages, image, (56, 56), (56, 56), "?", (97, 10**7), None, 1.0, group_id=0,
+                               id="s-oov")
+    (tmp_path / "gone.npy").write_bytes(b"not an array")
+    unreadable = TrainSample(messages, str(tmp_path / "gone.npy"), (56, 56), (56, 56), "a", (97,), None, 0.0,
+                             group_id=0, id="s-img")
+    with caplog.at_level(logging.WARNING, logger="train.learner"):
+        metrics = learner.step([[*good, out_of_vocab, unreadable]])
+    assert metrics["train/bad_samples"] == 2 and metrics["train/samples"] == 2
+    assert "sample s-oov skipped: response token ids [10000000]" in caplog.text
+    assert "sample s-img skipped: its image cannot be read" in caplog.text
+    with pytest.raises(ValueError, match=r"needs at least one usable sample \(1 unusable"):
+        learner.step([[out_of_vocab]])
