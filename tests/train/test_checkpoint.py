@@ -81,6 +81,12 @@ def test_the_adapter_folder_loads_with_peft(tiny_dir, tmp_path):
     theirs = {n.replace(".default.", "."): p.detach() for n, p in loaded.named_parameters() if "lora_" in n}
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[n], theirs[n]) for n in mine)
+    # transformers' own adapter loading reads the same folder and computes the same logits
+    plain = Qwen2_5_VLForConditionalGeneration.from_pretrained(tiny_dir)
+    plain.load_adapter(str(path / "adapter"))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        assert torch.allclose(plain(input_ids=ids).logits, loaded(input_ids=ids).logits, atol=1e-5)
 
 
 def test_incomplete_checkpoints_are_ignored_and_old_ones_pruned(tiny_dir, tmp_path):
