@@ -358,7 +358,7 @@ class Learner:
             n_updates = 0
             for _ in range(self.ppo_epochs):
                 self._rng.shuffle(index)
-                for mb in _split(index, self.minibatches):
+                for mb in _split(index, self.minibatches):  # under DDP the trainer ensures enough groups
                     rows = [i for gi in mb for i in range(starts[gi], starts[gi + 1])]
                     m = self._update([samples[i] for i in rows], adv[rows], [old[i] for i in rows])
                     n_updates += 1

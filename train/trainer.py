@@ -155,7 +155,7 @@ class Trainer:
     @classmethod
     def from_config(cls, config: TrainConfig, *, accelerator: Any = None) -> Trainer:
         """Build the backend, the data source, the held-out prompts and the reward from ``config``."""
-        backend = build_backend(config)
+        backend = build_backend(config, accelerator)
         data = build_data(config, backend.preset)
         trainer = cls(config, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=data.reward_fn,
                       target_text=data.target_text, accelerator=accelerator)
@@ -253,6 +253,9 @@ class Trainer:
                     break
             if not batch:
                 raise StopIteration
+            if self.accelerator is not None and self.accelerator.num_processes > 1:
+                # every process reads the same stream: each trains on every world-th group of the batch
+                batch = batch[self.accelerator.process_index::self.accelerator.num_processes]
             return self._learn(batch, {})
 
         return self._loop(update)
@@ -425,25 +428,38 @@ class Trainer:
             metrics.update(collapse_metrics(usable))
             flat = [s for g in usable for s in g]
             metrics["rollout/reward_mean"] = sum(s.reward for s in flat) / len(flat)
-            correct = Correctness()
-            metrics["rollout/accuracy"] = sum(correct(s) for s in flat) / len(flat)
+            if all("correct" in s.reward_parts for s in flat):  # scored by train.data's reward adapter
+                correct = Correctness()
+                metrics["rollout/accuracy"] = sum(correct(s) for s in flat) / len(flat)
         if self.curriculum is not None:
             metrics.update(self.curriculum.observe(seen))
         kept = [[s for s in g if not is_failed(s)] for g in kept]
         kept = [g for g in kept if len(g) >= 2]
-        if not kept:
-            self._skipped_batches += 1
-            log.info("update %d: no informative group left after filtering; nothing to learn from", self.step + 1)
-            return metrics
         assert isinstance(self.learner, Learner)
-        if self.learner.kl_coef == 0 and all(len({s.reward for s in g}) == 1 for g in kept):
+        if not kept:
+            why = "no informative group left after filtering"
+        elif self.learner.kl_coef == 0 and all(len({s.reward for s in g}) == 1 for g in kept):
             # every advantage is 0 and there is no KL term: a step would only apply weight decay and stale
-            # momentum, so none is taken (the collapse monitor reports the zero spread)
+            # momentum (the collapse monitor reports the zero spread)
+            why = "every group has equal rewards"
+        elif len(kept) < self.learner.minibatches and self.learner.world_size > 1:
+            why = f"fewer groups ({len(kept)}) than mini-batches ({self.learner.minibatches})"
+        else:
+            why = ""
+        if not self._all_processes(not why):
             self._skipped_batches += 1
-            log.info("update %d: every group has equal rewards; no step taken", self.step + 1)
+            log.info("update %d: no step taken: %s", self.step + 1, why or "another process had nothing to learn")
             return metrics
         metrics.update(self.learner.step(kept))
         return metrics
+
+    def _all_processes(self, ok: bool) -> bool:
+        """Whether ``ok`` holds in every process: under DDP every process must take the same steps (a backward
+        pass waits for all of them), so one process with nothing to learn makes all of them skip the update."""
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return ok
+        flags = self.accelerator.gather(torch.tensor([1 if ok else 0], device=self.accelerator.device))
+        return bool(flags.min().item())
 
     def _sft_update(self) -> dict[str, float]:
         assert self.target_text is not None and isinstance(self.learner, SupervisedLearner)
@@ -459,7 +475,7 @@ class Trainer:
         metrics = {"rft/prompts": float(stats.prompts), "rft/sampled": float(stats.sampled),
                    "rft/accepted": float(stats.accepted), "rft/kept": float(stats.kept),
                    "rft/accept_rate": stats.accept_rate}
-        if not examples:
+        if not self._all_processes(bool(examples)):
             self._skipped_batches += 1
             return metrics
         metrics.update(self.learner.step(examples))
@@ -505,8 +521,12 @@ def _for_family(family: str, overrides: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def build_backend(config: TrainConfig) -> TransformersBackend:
-    """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny")."""
+def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersBackend:
+    """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny"). Under several
+    processes the main one builds (or downloads) first and the others then read what it wrote."""
+    if accelerator is not None and accelerator.num_processes > 1:
+        with accelerator.main_process_first():
+            return build_backend(config)
     from policy.backends.hf import TransformersBackend
     from policy.presets import preset_for
 
@@ -673,7 +693,7 @@ def run_from_config(config: TrainConfig) -> TrainResult:
     if config.data.source == "samples":
         from train.samples import ReadStats, iter_groups, read_jsonl
 
-        backend = build_backend(config)
+        backend = build_backend(config, accelerator)
         stats = ReadStats()
         trainer = Trainer(config, backend=backend, reward_fn=lambda p, t: 0.0, accelerator=accelerator)
         groups = iter_groups(read_jsonl(config.data.path, stats))

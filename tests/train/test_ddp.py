@@ -3,11 +3,13 @@ batch: the per-process token shares are weighted by the global token count and D
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,3 +46,28 @@ def test_two_process_ddp_step_equals_the_single_process_step(tmp_path):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (name, (a - b).abs().max())
         moved += int(a.abs().sum() > 0)
     assert moved > 0  # the step did something (LoRA B starts at zero)
+
+
+def test_agent_train_runs_under_accelerate_launch(tmp_path):
+    """`accelerate launch -m agent.cli train` with two CPU processes, no code change: scored samples from a file,
+    each process training on its share of every batch, one metrics file and one adapter at the end."""
+    from train.samples import TrainSample, write_jsonl
+
+    image = np.random.default_rng(0).integers(0, 256, (56, 56, 3), dtype=np.uint8)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Task."}]}]
+    samples = [TrainSample(messages, image, (56, 56), (56, 56), "x", (40 + g, 50 + k, 60), None, float(k),
+                           group_id=g) for g in range(4) for k in range(3)]
+    write_jsonl(tmp_path / "samples.jsonl", samples)
+    run = tmp_path / "run"
+    launcher = Path(sys.executable).with_name("accelerate")
+    run_worker([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29534",
+                "-m", "agent.cli", "train", "--set", 'model.path="tiny"', "--set", f'train.run_dir="{run}"',
+                "--set", "data.source=samples", "--set", f'data.path="{tmp_path / "samples.jsonl"}"',
+                "--set", "rl.group_size=3", "--set", "rl.batch_prompts=2", "--set", "train.steps=2",
+                "--set", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]', "--set", "log.progress=false"],
+               tmp_path)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]  # written once, by the main process
+    assert all(r["train/samples"] == 3.0 for r in rows)  # each process: 1 of the batch's 2 groups x 3 answers
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
