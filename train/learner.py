@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Learner", "RolloutPrompt", "encode_example", "rollout_groups"]
+__all__ = ["Learner", "RolloutPrompt", "attach_lora", "encode_example", "rollout_groups"]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 """The language model's attention projections (the vision tower's are named ``qkv`` / ``proj``: not matched)."""
@@ -95,6 +95,28 @@ def encode_example(backend: TransformersBackend, messages: list[dict[str, Any]],
         enc["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp)], dim=1)
     device = backend.model.device
     return {k: v.to(device) for k, v in enc.items()}, prompt_len
+
+
+def attach_lora(backend: TransformersBackend, rank: int, alpha: int, targets: Sequence[str],
+                name: str) -> tuple[Any, str]:
+    """The backend's peft model with a trainable active adapter, and that adapter's name: a new LoRA adapter
+    (``rank``, ``alpha``, ``targets``, named ``name``) when the backend has none, else the active loaded one (e.g.
+    the previous stage's, from ``model.adapter``) made trainable. Only the active adapter's LoRA weights train."""
+    with backend._lock:
+        if backend._peft is None:
+            from peft import LoraConfig, get_peft_model
+
+            config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), bias="none")
+            backend._peft = get_peft_model(backend.model, config, adapter_name=name)
+            backend._adapters[name] = None  # type: ignore[assignment]  # created here, not loaded from a folder
+            backend._peft.base_model.enable_adapter_layers()
+            backend._active = name
+        elif backend._active is None:
+            raise RuntimeError("the backend's adapters are disabled; call backend.use_adapter(version) first")
+        active = backend._active
+        for pname, p in backend._peft.named_parameters():
+            p.requires_grad_("lora_" in pname and f".{active}." in pname)
+        return backend._peft, active
 
 
 def _vision_token_ids(cfg: Any) -> frozenset[int]:
@@ -204,26 +226,8 @@ class Learner:
     # -- setup --------------------------------------------------------------------------------
 
     def _attach_adapter(self, rank: int, alpha: int, targets: list[str], name: str) -> Any:
-        """The backend's peft model with a trainable active adapter: a new LoRA adapter when the backend has none,
-        else the active loaded one made trainable."""
-        b = self.backend
-        with b._lock:
-            if b._peft is None:
-                from peft import LoraConfig, get_peft_model
-
-                config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets,
-                                    bias="none")
-                b._peft = get_peft_model(b.model, config, adapter_name=name)
-                b._adapters[name] = None  # type: ignore[assignment]  # created here, not loaded from a folder
-                b._peft.base_model.enable_adapter_layers()
-                b._active = name
-            elif b._active is None:
-                raise RuntimeError("the backend's adapters are disabled; call backend.use_adapter(version) first")
-            active = b._active
-            for pname, p in b._peft.named_parameters():
-                p.requires_grad_("lora_" in pname and f".{active}." in pname)
-            self.adapter_name = active
-            return b._peft
+        model, self.adapter_name = attach_lora(self.backend, rank, alpha, targets, name)
+        return model
 
     @property
     def adapter_version(self) -> str:

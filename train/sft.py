@@ -34,7 +34,7 @@ import torch
 from policy.backends.base import GenerationRequest
 from policy.presets import Decoding
 from train.algos import token_logprobs
-from train.learner import LORA_TARGETS, RolloutPrompt, encode_example, rollout_groups
+from train.learner import LORA_TARGETS, RolloutPrompt, attach_lora, encode_example, rollout_groups
 from train.samples import load_image, messages_with_image
 
 if TYPE_CHECKING:
@@ -105,9 +105,10 @@ class SupervisedLearner:
         """Completed ``step()`` calls."""
         self.end_id = end_of_turn_id(backend.tokenizer)
         if finetune == "lora":
-            self.model = _attach_lora(backend, lora_rank, lora_alpha, list(lora_targets), adapter_name)
+            self.model, self.adapter_name = attach_lora(backend, lora_rank, lora_alpha, lora_targets, adapter_name)
         else:
             self.model = backend.model
+            self.adapter_name = adapter_name
             for p in self.model.parameters():
                 p.requires_grad_(True)
         if gradient_checkpointing:
@@ -205,27 +206,6 @@ class SupervisedLearner:
                              f"finetune={self.finetune!r}; resume with the same setting")
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
-
-
-def _attach_lora(backend: TransformersBackend, rank: int, alpha: int, targets: list[str], name: str) -> Any:
-    """The backend's peft model with its active adapter trainable (a new LoRA adapter when it has none).
-
-    The same rule as ``Learner._attach_adapter``; kept here until that is a shared function."""
-    with backend._lock:
-        if backend._peft is None:
-            from peft import LoraConfig, get_peft_model
-
-            config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets, bias="none")
-            backend._peft = get_peft_model(backend.model, config, adapter_name=name)
-            backend._adapters[name] = None  # type: ignore[assignment]  # created here, not loaded from a folder
-            backend._peft.base_model.enable_adapter_layers()
-            backend._active = name
-        elif backend._active is None:
-            raise RuntimeError("the backend's adapters are disabled; call backend.use_adapter(version) first")
-        active = backend._active
-        for pname, p in backend._peft.named_parameters():
-            p.requires_grad_("lora_" in pname and f".{active}." in pname)
-        return backend._peft
 
 
 # -- rejection sampling ---------------------------------------------------------------------------

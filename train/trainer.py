@@ -502,7 +502,7 @@ class _SFTView:
         self.backend = learner.backend
         self.finetune = learner.finetune
         self.peft_model = learner.model
-        self.adapter_name = getattr(learner, "adapter_name", "sft")
+        self.adapter_name = learner.adapter_name
 
     def state_dict(self) -> dict[str, Any]:
         return {**self._l.state_dict(), "finetune": self.finetune}
