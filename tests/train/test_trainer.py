@@ -211,3 +211,17 @@ def test_generated_screens_train_live(tmp_path):
     result = run_from_config(cfg)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert result.steps == 1 and rows[0]["collapse/samples"] == 4.0  # 2 screens rendered in Chromium x 2 answers
+
+
+def test_stages_chain_through_the_adapter_folder(tmp_path, data_file):
+    from safetensors.torch import load_file
+
+    sft = run_from_config(config(tmp_path / "sft", data_file, 'train.stage="sft"', "train.steps=2",
+                                 "sft.batch_size=2", "sft.lr=0.01", "eval.every=0"))
+    assert sft.output == tmp_path / "sft" / "adapter"
+    cfg = config(tmp_path / "rl", data_file, "train.steps=2", "filter.drop_all_correct=false", "eval.every=0",
+                 f'model.adapter="{sft.output}"')
+    rl = run_trainer(cfg)
+    before, after = load_file(sft.output / "adapter_model.safetensors"), load_file(rl.output / "adapter_model.safetensors")
+    assert before.keys() == after.keys()  # the RL stage trained the SFT adapter further, not a new one
+    assert any(not torch.equal(before[k], after[k]) for k in before)
