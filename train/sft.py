@@ -10,7 +10,8 @@ place like it:
   LoRA (the backend's peft adapter, created when it has none).
 - ``rejection_sample(...)``: the recipe's third stage, SFT on the RL policy's own correct outputs. It samples n
   responses per prompt at temperature 1 (``rollout_groups``), keeps those that ``accept``, that ended with
-  EOS and are not blank, by default the best-scoring correct one per prompt, and returns them as SFT examples with counts.
+  EOS and are not blank, by default the best-scoring correct one per prompt, and returns them as SFT examples
+  with counts.
 - ``greedy_accuracy(...)``: held-out top-1 accuracy with greedy decoding, batched through the backend, with
   per-prompt correctness (for a paired bootstrap between two checkpoints on the same prompts).
 

@@ -1,0 +1,193 @@
+"""One seed of the learning benchmark: SFT until held-out accuracy sits in a band, then each RL arm from that
+checkpoint with the same sample budget, each scored greedily on the same held-out screens."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.learning import rewards
+from bench.learning.model import build_model, count_parameters
+from bench.learning.screens import PRESET, make_screen, screens, target_text, to_prompt
+from policy.backends.hf import TransformersBackend
+from train.learner import Learner, rollout_groups
+from train.sft import SFTExample, SupervisedLearner, greedy_accuracy
+
+log = logging.getLogger(__name__)
+
+TEST_SEED = 1_000_003
+VAL_SEED = 1_000_033
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    distractors: int = 1
+    """Shapes besides the target on each screen."""
+    grid: int = 2
+    """Cells per side; shapes sit at cell centres (2: four 112 px cells)."""
+    background: str = "gradient"
+    sft_lr: float = 2e-3
+    sft_batch: int = 16
+    sft_max_minutes: float = 12.0
+    """Wall-clock cap of the SFT stage (it stops earlier once validation accuracy is in the band)."""
+    sft_eval_every: int = 25
+    """SFT steps between validation checks."""
+    sft_band: tuple[float, float] = (0.30, 0.60)
+    """Stop SFT once validation top-1 accuracy is inside this band."""
+    sft_jitter: int = 0
+    """Max px the SFT answer point moves from the target centre (inside the box)."""
+    rl_lr: float = 1e-4
+    rl_steps: int = 60
+    """Updates per RL arm; the sample budget is rl_steps x prompts_per_step x group_size, equal for every arm."""
+    prompts_per_step: int = 8
+    group_size: int = 8
+    rl_eval_every: int = 15
+    max_new_tokens: int = 128
+    """Sampling and greedy cap: one point is ~25 byte tokens, so 128 leaves room for ~5 points."""
+    val_size: int = 200
+    """Validation screens (SFT stopping and RL curves); a different seed from the test screens."""
+    test_size: int = 1000
+    """Held-out screens for the reported accuracies (the same for every seed and arm)."""
+    bootstrap: int = 10_000
+    arms: tuple[str, ...] = ("aepo", "grpo", "aepo_no_collinear")
+    eval_batch: int = 50
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    parameters: int = 0
+    sft: dict[str, Any] = field(default_factory=dict)
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> tuple[float, float, float]:
+    """Mean of (a - b) over paired items and its percentile 95% interval from ``resamples`` resamples of the
+    items (seeded)."""
+    diff = a.astype(np.float64) - b.astype(np.float64)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    chunk = 1000
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, len(diff), (min(chunk, resamples - start), len(diff)))
+        means[start:start + len(idx)] = diff[idx].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(diff.mean()), float(lo), float(hi)
+
+
+def _evaluate(backend, prompts, cfg: BenchConfig) -> tuple[float, np.ndarray, float]:
+    r = greedy_accuracy(backend, prompts, rewards.top1_hit, batch_size=cfg.eval_batch,
+                        max_new_tokens=cfg.max_new_tokens)
+    return r.accuracy, np.array(r.correct, dtype=bool), rewards.answers_per_sample(list(r.texts))
+
+
+def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
+    t_seed = time.perf_counter()
+    torch.manual_seed(seed)
+    model_dir = build_model(work / f"model-seed{seed}", seed)
+    backend = TransformersBackend(model_dir, preset=PRESET, dtype="float32")
+    out = SeedResult(seed, parameters=count_parameters(backend.model))
+    look = (cfg.distractors, cfg.background, cfg.grid)
+    val = [to_prompt(s, {"set": "val", "i": i}) for i, s in enumerate(screens(VAL_SEED, cfg.val_size, *look))]
+    test = [to_prompt(s, {"set": "test", "i": i}) for i, s in enumerate(screens(TEST_SEED, cfg.test_size, *look))]
+
+    # -- SFT until validation accuracy is in the band -------------------------------------------------------
+    sft = SupervisedLearner(backend, finetune="full", lr=cfg.sft_lr)
+    rng = np.random.default_rng([seed, 1])
+    curve, t0, step, val_acc, stop = [], time.perf_counter(), 0, 0.0, "time"
+    lo, hi = cfg.sft_band
+    while time.perf_counter() - t0 < cfg.sft_max_minutes * 60:
+        batch = [make_screen(rng, cfg.distractors, cfg.background, cfg.grid) for _ in range(cfg.sft_batch)]
+        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter))
+                      for s in batch])
+        step += 1
+        if step % cfg.sft_eval_every == 0:
+            val_acc, _, aps = _evaluate(backend, val, cfg)
+            curve.append({"step": step, "examples": step * cfg.sft_batch, "loss": m["sft/loss"],
+                          "val_accuracy": val_acc, "val_answers_per_sample": aps,
+                          "seconds": time.perf_counter() - t0})
+            log.info("seed %d SFT step %d loss %.3f val acc %.3f", seed, step, m["sft/loss"], val_acc)
+            if lo <= val_acc <= hi:
+                stop = "band"
+                break
+            if val_acc > hi:
+                stop = "above band"
+                break
+    sft_state = {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
+    acc, sft_correct, aps = _evaluate(backend, test, cfg)
+    out.sft = {"steps": step, "examples": step * cfg.sft_batch, "stop": stop, "val_accuracy": val_acc,
+               "test_accuracy": acc, "test_answers_per_sample": aps, "curve": curve,
+               "seconds": time.perf_counter() - t0}
+    log.info("seed %d SFT done: %d steps (%s), test acc %.3f", seed, step, stop, acc)
+    del sft
+
+    # -- RL arms from the SFT checkpoint, same screens, same sample budget ----------------------------------
+    for arm in cfg.arms:
+        algo, reward_fn = rewards.ARMS[arm]
+        backend.model.load_state_dict(sft_state)
+        torch.manual_seed(seed)
+        learner = Learner(backend, algo=algo, finetune="full", lr=cfg.rl_lr, seed=seed)
+        arm_rng = np.random.default_rng([seed, 2])  # every arm trains on the same screens
+        t_arm = time.perf_counter()
+        v_acc, _, v_aps = _evaluate(backend, val, cfg)
+        curve = [{"step": 0, "samples": 0, "val_accuracy": v_acc, "val_answers_per_sample": v_aps}]
+        for k in range(1, cfg.rl_steps + 1):
+            prompts = [to_prompt(make_screen(arm_rng, cfg.distractors, cfg.background, cfg.grid))
+                       for _ in range(cfg.prompts_per_step)]
+            groups = rollout_groups(backend, prompts, cfg.group_size, reward_fn, max_new_tokens=cfg.max_new_tokens,
+                                    first_group_id=k * cfg.prompts_per_step, adapter_version=learner.adapter_version)
+            texts = [s.response_text for g in groups for s in g]
+            hits = [rewards.top1_hit(p, s.response_text) for p, g in zip(prompts, groups) for s in g]
+            collinear = [rewards.aepo(p, s.response_text).info["is_collinear"] for p, g in zip(prompts, groups)
+                         for s in g]
+            m = learner.step(groups)
+            point = {"step": k, "samples": k * cfg.prompts_per_step * cfg.group_size,
+                     "reward_mean": m["train/reward_mean"], "sample_top1": float(np.mean(hits)),
+                     "answers_per_sample": rewards.answers_per_sample(texts),
+                     "collinear_share": float(np.mean(collinear)), "loss": m["train/loss"],
+                     "clipfrac": m["train/clipfrac"], "grad_norm": m["train/grad_norm"]}
+            if k % cfg.rl_eval_every == 0 or k == cfg.rl_steps:
+                point["val_accuracy"], _, point["val_answers_per_sample"] = _evaluate(backend, val, cfg)
+                log.info("seed %d %s step %d reward %.3f answers %.2f val acc %.3f", seed, arm, k,
+                         point["reward_mean"], point["answers_per_sample"], point["val_accuracy"])
+            curve.append(point)
+        acc, correct, aps = _evaluate(backend, test, cfg)
+        mean, ci_lo, ci_hi = paired_bootstrap(correct, sft_correct, cfg.bootstrap, seed)
+        out.arms[arm] = {"algo": algo, "lr": cfg.rl_lr, "samples": cfg.rl_steps * cfg.prompts_per_step * cfg.group_size,
+                         "test_accuracy": acc, "test_answers_per_sample": aps, "delta_vs_sft": mean,
+                         "delta_ci95": [ci_lo, ci_hi], "ci_excludes_0": bool(ci_lo > 0 or ci_hi < 0),
+                         "curve": curve, "seconds": time.perf_counter() - t_arm}
+        log.info("seed %d %s: test acc %.3f (SFT %.3f), delta %.3f [%.3f, %.3f]", seed, arm, acc,
+                 out.sft["test_accuracy"], mean, ci_lo, ci_hi)
+        del learner
+    out.seconds = time.perf_counter() - t_seed
+    return out
+
+
+def summarize(results: list[SeedResult], cfg: BenchConfig) -> dict[str, Any]:
+    def stats(values: list[float]) -> dict[str, float]:
+        v = np.array(values, dtype=float)
+        return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else math.nan,
+                "values": [float(x) for x in v]}
+
+    summary: dict[str, Any] = {"sft": stats([r.sft["test_accuracy"] for r in results])}
+    for arm in cfg.arms:
+        summary[arm] = {
+            "test_accuracy": stats([r.arms[arm]["test_accuracy"] for r in results]),
+            "delta_vs_sft": stats([r.arms[arm]["delta_vs_sft"] for r in results]),
+            "answers_per_sample": stats([r.arms[arm]["curve"][-1]["answers_per_sample"] for r in results]),
+            "seeds_ci_excludes_0_positive": sum(r.arms[arm]["delta_ci95"][0] > 0 for r in results),
+        }
+    return summary
+
+
+def as_json(results: list[SeedResult], cfg: BenchConfig) -> dict[str, Any]:
+    return {"config": asdict(cfg), "seeds": [asdict(r) for r in results], "summary": summarize(results, cfg)}
