@@ -828,6 +828,10 @@ def _score_aepo_paper(a: RewardAdapter, t: Mapping[str, Any], text: str) -> Rewa
     return aepo_reward(text, _box(t), think=a.think_for(t), variant="paper")
 
 
+def _score_aepo_no_collinear(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
+    return aepo_reward(text, _box(t), think=a.think_for(t), collinear_penalty=False)
+
+
 def _score_guir1(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
     return guir1_reward(text, t["action"], _guir1_location(t), t.get("text"))
 
@@ -846,11 +850,12 @@ Scorer = Callable[["RewardAdapter", Mapping[str, Any], str], RewardResult]
 _ADAPTERS: dict[str, tuple[Scorer, Callable[[RewardResult], bool]]] = {
     "aepo": (_score_aepo, _has_correct),
     "aepo_paper": (_score_aepo_paper, _has_correct),
+    "aepo_no_collinear": (_score_aepo_no_collinear, _has_correct),
     "guir1": (_score_guir1, _guir1_correct),
     "guir1_paper": (_score_guir1_paper, _guir1_paper_correct),
     "distance": (_score_distance, _has_correct),
 }
-_POINT_LIST_REWARDS = ("aepo", "aepo_paper", "distance")
+_POINT_LIST_REWARDS = ("aepo", "aepo_paper", "aepo_no_collinear", "distance")
 
 
 class RewardAdapter:
@@ -928,7 +933,7 @@ class RewardAdapter:
 def reward_fn(name: str, *, think: bool | None = None, no_think: bool | None = None,
               preset: ModelPreset | str | None = None, threshold: float | None = None,
               schedule: ThresholdSchedule | None = None) -> RewardAdapter:
-    """The reward adapter for ``name`` (aepo, aepo_paper, guir1, guir1_paper, distance).
+    """The reward adapter for ``name`` (aepo, aepo_paper, aepo_no_collinear, guir1, guir1_paper, distance).
 
     The think gate (AEPO and distance) follows, first, ``think`` / ``no_think``; then ``preset`` (InfiGUI-G1's
     no_think variant turns it off); then each prompt's target. ``threshold`` (fixed) or ``schedule`` (per step) is

@@ -157,6 +157,7 @@ def aepo_reward(
     *,
     think: bool = True,
     variant: Variant = "code",
+    collinear_penalty: bool = True,
 ) -> RewardResult:
     """Adaptive Exploration Reward of InfiGUI-G1 for one response.
 
@@ -180,6 +181,9 @@ def aepo_reward(
     empty list, negative sample      1 + 1 = 2         same
     any point, negative sample       1 - 1/N (miss)    same
     ===============================  ================  ==================
+
+    ``collinear_penalty=False`` is the paper's ablation: a collinear list is scored like any other (and
+    ``info["is_collinear"]`` still says it was collinear), which lets a policy list ever more points.
 
     The paper leaves R_acc undefined when the answer does not parse; we use -1
     there too (the released value), so a malformed answer is never better than a
@@ -215,6 +219,7 @@ def aepo_reward(
 
     if is_collinear(points):
         info["is_collinear"] = True
+    if info["is_collinear"] and collinear_penalty:
         info["format_ok"] = variant == "paper"
         fmt = 1.0 if variant == "paper" else 0.0
         return RewardResult(fmt - 1.0, {"format": fmt, "accuracy": -1.0}, info)
@@ -498,6 +503,7 @@ RewardFn = Callable[..., RewardResult]
 REWARDS: dict[str, RewardFn] = {
     "aepo": aepo_reward,
     "aepo_paper": functools.partial(aepo_reward, variant="paper"),
+    "aepo_no_collinear": functools.partial(aepo_reward, collinear_penalty=False),
     "guir1": guir1_reward,
     "guir1_paper": functools.partial(guir1_reward, variant="paper"),
     "distance": distance_reward,

@@ -299,7 +299,7 @@ def test_distance_adapter_reads_the_schedule_at_its_step():
 
 
 def test_unknown_reward_and_bad_options_are_clear_errors():
-    with pytest.raises(ValueError, match="unknown reward 'aepoo'; known rewards: aepo, aepo_paper, distance"):
+    with pytest.raises(ValueError, match="unknown reward 'aepoo'; known rewards: aepo, aepo_no_collinear, aepo_paper, distance"):
         reward_fn("aepoo")
     with pytest.raises(ValueError, match="needs threshold"):
         reward_fn("distance")

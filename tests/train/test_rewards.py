@@ -488,3 +488,15 @@ def test_distance_to_box():
 def test_distance_reward_never_raises_and_stays_in_range(response, negative, threshold):
     r = dist(response, box=None if negative else DBOX, threshold=threshold)
     assert 0.0 <= r.total <= 2.0 and r.total == pytest.approx(r.parts["format"] + r.parts["accuracy"])
+
+
+def test_aepo_without_the_collinear_penalty_scores_a_collinear_list_like_any_other():
+    # three points on y = 10, the second inside the box (0, 0, 20, 20): N = 3, k = 2
+    text = '[{"point_2d": [30, 10]}, {"point_2d": [10, 10]}, {"point_2d": [50, 10]}]'
+    penalised = aepo_reward(text, (0, 0, 20, 20), think=False)
+    assert penalised.total == -1.0 and penalised.info["is_collinear"]
+    free = aepo_reward(text, (0, 0, 20, 20), think=False, collinear_penalty=False)
+    assert free.total == pytest.approx(1 + 1 / math.sqrt(3 * 2)) and free.info["is_collinear"]
+    assert free.info["rank"] == 2 and free.parts == {"format": 1.0, "accuracy": pytest.approx(1 / math.sqrt(6))}
+    miss = aepo_reward(text, (100, 100, 120, 120), think=False, collinear_penalty=False)
+    assert miss.total == pytest.approx(1 - 1 / 3)
