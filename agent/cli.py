@@ -141,7 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override one option, e.g. --set rl.group_size=8 (repeatable)")
     tr.add_argument("--stage", choices=("sft", "rl", "rft"), help="the stage to run (config: train.stage)")
     tr.add_argument("--resume", nargs="?", const="auto", metavar="CHECKPOINT",
-                    help="resume: a checkpoint folder, or nothing for the newest in run_dir (config: train.resume)")
+                    help="resume: a checkpoint folder, or nothing for the newest in run_dir (config: train.resume); "
+                         "with --online: the run folder of the session to continue")
+    on = tr.add_argument_group("online", "agent train --online: actors on live devices stream verified experience to "
+                               "the learner, which publishes a new adapter after every update (docs/training.md)")
+    on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
+    on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
+    on.add_argument("--devices", type=_positive_int, help="actors, each with its own device (default 2)")
+    on.add_argument("--device-kind", choices=("web", "desktop", "android"), help="the actors' devices (default web)")
+    on.add_argument("--group-level", choices=("step", "episode"),
+                    help="step: n answers per screen scored by the step verifier (default); episode: n episodes "
+                         "per task seed scored by the task checker")
+    on.add_argument("--max-policy-lag", type=int, metavar="K",
+                    help="drop samples more than K adapter versions behind the learner (default 2; -1 keeps all)")
 
     parse = sub.add_parser("parse", help="parse a model's output and show where each action lands", description=(
         "Read TEXT as the named model family (or registered model id) would have written it for a "
@@ -694,6 +706,14 @@ def _cmd_data(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     import json
 
+    if args.online:
+        from agent.online import run_cli
+
+        return run_cli(args)
+    online_only = [f"--{k.replace('_', '-')}" for k in ("env", "devices", "device_kind", "group_level",
+                                                         "max_policy_lag") if getattr(args, k) is not None]
+    if online_only:
+        return _error(f"{', '.join(online_only)} only apply to online sessions: add --online")
     from agent.config import load_train_config
     from agent.errors import ConfigError
 

@@ -1,0 +1,159 @@
+"""The learner side of an online session: ``Trainer.run_stream`` in a thread, fed from the transport, publishing
+adapter vN after every update.
+
+The feed joins group parts (``GroupAssembler``), leaves out groups with nothing to learn from (the difficulty filter;
+equal rewards when there is no KL term), and hands the trainer a batch only when it has ``rl.batch_prompts`` groups
+whose samples are at most ``max_policy_lag`` versions behind, judged right before the update that uses them (the
+learner's own ``max_staleness`` is set to the same lag as a backstop). Its first call, which the trainer makes after
+resuming from a checkpoint, publishes the version the actors start with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from train.adapters import AdapterRef, AdapterStore
+from train.samples import TrainSample
+from train.transport import GroupAssembler, TransportClosed
+
+if TYPE_CHECKING:
+    from agent.online.session import OnlineSession
+
+log = logging.getLogger(__name__)
+
+
+class LearnerLoop:
+    """The learner thread of ``session`` (see the module docstring)."""
+
+    def __init__(self, session: OnlineSession, trainer: Any, store: AdapterStore) -> None:
+        self.session, self.trainer, self.store = session, trainer, store
+        self.assembler = GroupAssembler()
+        self.error: BaseException | None = None
+        self.learn_s = 0.0
+        """Seconds spent in updates (with their hooks: publishing, metrics, checkpoints)."""
+        self.buffered = 0
+        """Whole groups waiting in the feed for the next update (part of the backlog actors pace themselves by)."""
+        self._thread: threading.Thread | None = None
+        trainer.on_update.append(self.after_update)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._thread = threading.Thread(target=self._main, args=(loop,), name="learner", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def _main(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self.trainer.run_stream(self.feed())
+        except BaseException as exc:  # noqa: BLE001 - reported to the session, which stops the run
+            self.error = exc
+            log.error("the learner failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+            self._emergency_checkpoint()
+        finally:
+            loop.call_soon_threadsafe(self.session.request_stop, "learner-error" if self.error else "learner-done")
+
+    def _emergency_checkpoint(self) -> None:
+        """After an error: the last completed update's state, unless a checkpoint of it exists already."""
+        from train.checkpoint import latest_checkpoint
+
+        t = self.trainer
+        try:
+            latest = latest_checkpoint(t.run_dir)
+            if t.step and (latest is None or latest.name != f"step-{t.step:06d}"):
+                t._checkpoint()
+        except Exception as exc:  # the run is failing already; say so and keep the first error
+            log.error("writing a checkpoint after the learner error failed too: %s: %s", type(exc).__name__, exc)
+
+    def publish(self) -> AdapterRef:
+        ref = self.store.publish(self.trainer.learner)
+        self.session.clock.published(ref)
+        self.session.transport.announce(ref)
+        return ref
+
+    def feed(self) -> Iterator[list[TrainSample]]:
+        """Scored groups for ``Trainer.run_stream``, a batch at a time (see the module docstring)."""
+        from train.curriculum import Correctness
+
+        s = self.session
+        self.publish()  # the version the actors start with (after the trainer has resumed, if it did)
+        flt, lag = s.config.filter, s.online.max_policy_lag
+        learner = self.trainer.learner
+        correct = Correctness()
+        no_kl = learner.kl_coef == 0
+        per_batch = s.config.rl.prompts_per_batch
+        batch: list[list[TrainSample]] = []
+        while not s.stopping:
+            try:
+                msg = s.transport.receive_group(timeout=0.2)
+            except TransportClosed:
+                return
+            groups = self.assembler.add(msg) if msg is not None else []
+            groups += self.assembler.expire()
+            for g in groups:
+                s.count("samples_received", len(g))
+                s.count("groups_received")
+                n_ok = sum(correct(x) for x in g)
+                if (flt.drop_all_correct and n_ok == len(g)) or (flt.drop_all_wrong and n_ok == 0):
+                    s.count("groups_filtered")
+                    continue
+                if no_kl and len({x.reward for x in g}) < 2:
+                    # equal rewards: every advantage is 0 and there is no KL term, so nothing to learn from it
+                    s.count("groups_no_signal")
+                    continue
+                batch.append(g)
+            self.buffered = len(batch)
+            if len(batch) < per_batch:
+                continue
+            if lag >= 0:  # staleness is judged now, right before the update that would use them
+                fresh = []
+                for g in batch:
+                    kept = [x for x in g if learner.staleness(x) <= lag]
+                    s.count("stale_dropped", len(g) - len(kept))
+                    if len(kept) >= 2 and (kept[0].origin.get("level") != "episode"
+                                           or len({x.origin.get("episode") for x in kept}) >= 2):
+                        fresh.append(kept)
+                batch = fresh
+                if len(batch) < per_batch:
+                    continue
+            out, batch = batch[:per_batch], batch[per_batch:]
+            self.buffered = len(batch)
+            yield from out[:-1]
+            t_last = time.perf_counter()
+            yield out[-1]
+            # resumed when the trainer asks for the next batch: the update (and its hooks) ran in between
+            self.learn_s += time.perf_counter() - t_last
+
+    def after_update(self, step: int, metrics: dict[str, float]) -> None:
+        """After every update (learner thread): publish vN, add the session's numbers to the metrics."""
+        s = self.session
+        published = s.transport.policy()
+        if published is None or published.step != self.trainer.learner.steps:
+            t0 = time.perf_counter()
+            ref = self.publish()
+            metrics["time/publish_s"] = time.perf_counter() - t0
+            metrics["online/version"] = float(ref.step)
+        snap = s.stats.snapshot()
+        counts = s.counts()
+        done = [r for r in s.clock.rows() if r["propagation_s"] is not None]
+        metrics.update({k: v for k, v in (("online/success_rate", snap["success_rate"]),
+                                          ("online/reward_mean", snap["reward_mean"])) if math.isfinite(v)})
+        metrics.update({
+            "online/episodes": float(snap["episodes"]), "online/steps": float(snap["steps"]),
+            "online/samples_received": float(counts.get("samples_received", 0)),
+            "online/stale_dropped": float(counts.get("stale_dropped", 0)),
+            "online/groups_filtered": float(counts.get("groups_filtered", 0)),
+            "online/groups_no_signal": float(counts.get("groups_no_signal", 0)),
+            "online/duplicates": float(self.assembler.duplicates),
+            "online/actors_alive": float(len(s.alive_actors())),
+            "online/wall_s": s.elapsed(),
+        })
+        if done:
+            metrics["online/propagation_s"] = float(done[-1]["propagation_s"])

@@ -1,0 +1,503 @@
+"""The online session: actors and a learner in one process (see ``agent.online``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import logging
+import math
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.online.actors import Actor, Batcher
+from agent.online.curve import plot_online_curve
+from agent.online.learner import LearnerLoop
+from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, OnlineError, config_overrides,
+                                   online_json)
+from agent.online.tasks import Jobs, LockedCurriculum, TaskSampler
+from agent.online.versions import AdapterFollower, VersionClock
+from envs.records import Outcome
+from envs.trajectory import RunWriter
+from train.adapters import AdapterStore
+from train.transport import EpisodeMessage, GroupMessage, InProcessTransport, Transport, TransportClosed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OnlineResult:
+    """What a session did."""
+
+    run_dir: Path
+    updates: int = 0
+    episodes: int = 0
+    successes: int = 0
+    steps: int = 0
+    wall_s: float = 0.0
+    """From the first actor step to the stop."""
+    stopped_by: str = ""
+    """learner-done, max-episodes, max-wall, interrupted, learner-error, or error (every actor dropped; an
+    environment without a step verifier under step-level groups)."""
+    samples: int = 0
+    """Samples the learner received."""
+    stale_dropped: int = 0
+    restarts: int = 0
+    dropped_actors: list[str] = field(default_factory=list)
+    refused_adapters: int = 0
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    """Per published version: written_at, loaded_at, all_acting_at, propagation_s, verify_s, load_s."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase, summed over all actors' episodes."""
+    learn_s: float = 0.0
+    """Seconds the learner spent in updates."""
+    checkpoint: Path | None = None
+    report: Path | None = None
+    error: str | None = None
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
+        out["report"] = str(self.report) if self.report else None
+        out["success_rate"] = self.success_rate
+        out["steps_per_s"] = self.steps_per_s
+        return out
+
+
+@dataclass
+class _Stats:
+    """Episode outcomes as they arrive (the monitor's view), for the progress line, metrics and the curve."""
+
+    episodes: int = 0
+    successes: int = 0
+    steps: int = 0
+    outcomes: collections.Counter = field(default_factory=collections.Counter)
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
+    """The last 50 decided episodes' success (the progress line's rate)."""
+    rewards: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
+    timings: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, m: EpisodeMessage) -> None:
+        with self.lock:
+            self.episodes += 1
+            self.steps += m.steps
+            self.outcomes[m.outcome] += 1
+            if m.outcome not in (Outcome.ABORTED.value, Outcome.INTERRUPTED.value):
+                ok = m.outcome == Outcome.SUCCESS.value
+                self.successes += ok
+                self.recent.append(ok)
+                self.rewards.append(m.reward or 0.0)
+            for k, v in m.timings.items():
+                self.timings[k] = self.timings.get(k, 0.0) + v
+
+    def snapshot(self) -> dict[str, float]:
+        with self.lock:
+            return {"episodes": self.episodes, "successes": self.successes, "steps": self.steps,
+                    "success_rate": sum(self.recent) / len(self.recent) if self.recent else math.nan,
+                    "reward_mean": statistics.fmean(self.rewards) if self.rewards else math.nan}
+
+
+class OnlineSession:
+    """Actors and a learner in one process (see ``agent.online``).
+
+    Args:
+        config: the training config (model, RL update, outputs in ``train.run_dir``); stage rl, LoRA.
+        online: the session's settings.
+        resume: continue the run in ``train.run_dir`` from its last checkpoint.
+        transport: how actors and learner talk (default: in-process queues).
+        progress: called with each progress line (default: logged).
+        logits_processor_factory: constrained decoding for the actors' backend (``TransformersBackend``'s).
+    """
+
+    def __init__(self, config: Any, online: OnlineConfig, *, resume: bool = False,
+                 transport: Transport | None = None, progress: Callable[[str], None] | None = None,
+                 logits_processor_factory: Callable[[Any], Any] | None = None) -> None:
+        if config.train.stage != "rl":
+            raise OnlineError(f"online sessions train with RL; train.stage is {config.train.stage!r}: set it to rl")
+        if config.model.finetune != "lora":
+            raise OnlineError("online sessions hot-swap LoRA adapters; model.finetune=full would need every actor to "
+                              "reload the whole model: use model.finetune=lora")
+        from envs.registry import spec
+
+        try:
+            suite = spec(online.env).suite
+        except KeyError as exc:
+            raise OnlineError(str(exc)) from None
+        if DEVICE_KINDS.get(suite) != online.device_kind:
+            raise OnlineError(f"{online.env} runs on a {DEVICE_KINDS.get(suite, 'unknown')} device, not "
+                              f"--device-kind {online.device_kind}" + (
+                                  "; no registered environment runs on the desktop yet"
+                                  if online.device_kind == "desktop" else ""))
+        if online.device_kind == "android" and online.devices > 1 and len(online.serials) < online.devices:
+            raise OnlineError(f"{online.devices} android actors need {online.devices} phone serials "
+                              f"(OnlineConfig.serials), got {len(online.serials)}")
+        self.online = online
+        self.resume = resume
+        overrides: dict[str, Any] = {"resume": "auto" if resume else ""}
+        self.config = replace(
+            config, train=replace(config.train, **overrides), log=replace(config.log, progress=False),
+            rl=replace(config.rl, max_staleness=online.max_policy_lag if online.max_policy_lag >= 0 else -1))
+        self.run_dir = Path(self.config.train.run_dir)
+        self.transport: Transport = transport or InProcessTransport(wire=online.wire)
+        self.progress = progress
+        self.logits_processor_factory = logits_processor_factory
+        self.session_id = f"s{int(time.time()):x}"
+        self.clock = VersionClock(self.run_dir / "adapters.jsonl")
+        self.stats = _Stats()
+        self.stopping = False
+        self.stopped_by = ""
+        self._fatal: BaseException | None = None
+        self._warned: set[str] = set()
+        self._stop: asyncio.Event | None = None
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._counts_lock = threading.Lock()
+        self._t0: float | None = None
+        self._offset_s = 0.0
+        self._episode_offset = 0
+        self.actors: list[Actor] = []
+        self._batcher: Batcher | None = None
+        self.trainer: Any = None
+        self.learner: LearnerLoop | None = None
+        self.backend: Any = None
+        self.follower: AdapterFollower
+        self.result = OnlineResult(self.run_dir)
+
+    # -- small helpers used by actors ---------------------------------------------------------------------------------
+
+    def alive_actors(self) -> list[str]:
+        return [a.name for a in self.actors if a.state not in ("dropped", "stopped")]
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+
+    def fatal(self, error: BaseException) -> None:
+        """Stop the session because of ``error`` (raised from ``run``)."""
+        if self._fatal is None:
+            self._fatal = error
+            log.error("%s", error)
+        self.request_stop("error")
+
+    def send(self, message: GroupMessage | EpisodeMessage) -> None:
+        try:
+            self.transport.send(message)
+        except TransportClosed:
+            return
+        if isinstance(message, GroupMessage):
+            self.count("samples_sent", len(message.samples))
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add to a session counter (thread-safe: the learner thread counts too)."""
+        with self._counts_lock:
+            self._counts[key] += n
+
+    def counts(self) -> dict[str, int]:
+        with self._counts_lock:
+            return dict(self._counts)
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: wait while the learner's backlog (messages queued plus groups waiting in its feed) is at
+        ``max_pending``. Past it, samples would wait for more than ``max_policy_lag`` updates and be dropped as
+        stale, so making more of them would only waste the devices' time."""
+        per_message = self.config.rl.group_size if self.online.group_level == "episode" else 1
+        limit = self.online.max_pending or (
+            self.config.rl.prompts_per_batch * max(1, self.online.max_policy_lag) * per_message
+            if self.online.max_policy_lag >= 0 else 4 * self.config.rl.prompts_per_batch * per_message)
+        while not self.stopping and self.transport.pending_groups() + self._learner_backlog(per_message) >= limit:
+            await asyncio.sleep(0.02)
+
+    def _learner_backlog(self, per_message: int) -> int:
+        return self.learner.buffered * per_message if self.learner is not None else 0
+
+    async def wait_ready(self) -> None:
+        """Wait for the learner's first adapter version (every sample then carries a version)."""
+        while not self.stopping:
+            await self.follower.sync()
+            if self.follower.ready.is_set():
+                if self._t0 is None:
+                    self._t0 = time.perf_counter()
+                return
+            await asyncio.sleep(0.05)
+
+    async def generate(self, request: Any) -> Any:
+        if self._batcher is not None:
+            return await self._batcher.generate(request)
+        (gen,) = await self.backend.generate([request])
+        return gen
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.stopped_by = self.stopped_by or reason
+            log.info("stopping the online session (%s)", reason)
+        if self._stop is not None:
+            self._stop.set()
+
+    # -- set-up --------------------------------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        """Heavy set-up (models, the trainer), in a worker thread."""
+        from policy.model import ModelPolicy
+        from policy.presets import Decoding
+        from train.trainer import Trainer, build_backend
+
+        cfg, online = self.config, self.online
+        if online.torch_threads:
+            import torch
+
+            torch.set_num_threads(online.torch_threads)
+        self.tasks = TaskSampler(online.env, cfg.data.seeds, cfg.train.seed)
+        learner_backend = build_backend(cfg)
+        self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks, reward_fn=lambda p, t: 0.0)
+        if self.trainer.curriculum is not None:
+            self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
+        # The actors' model: the same base weights, no adapter until the learner's first version arrives.
+        self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))
+        self.backend.logits_processor_factory = self.logits_processor_factory
+        preset = replace(self.backend.preset, decoding=Decoding(temperature=1.0, top_p=1.0,
+                                                                 max_new_tokens=cfg.rl.max_new_tokens))
+        # Temperature 1, top-p 1, no penalties: the behaviour log-probs are the model's own.
+        self.model_policy = ModelPolicy(self.backend, preset, n=cfg.rl.group_size)
+        store = AdapterStore(self.run_dir / "adapters", keep=online.keep_adapters)
+        self.learner = LearnerLoop(self, self.trainer, store)
+
+    def _open_run(self) -> RunWriter:
+        run_config = {"kind": "online", "online": dataclasses.asdict(self.online), "train": self.config.to_dict()}
+        if not self.resume:
+            if self.run_dir.exists() and any(self.run_dir.iterdir()):
+                raise OnlineError(f"{self.run_dir} is not empty; choose a new train.run_dir, or continue that run with "
+                                  f"--resume {self.run_dir}")
+            self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+            return RunWriter(self.run_dir.parent, run_config, run_id=self.run_dir.name)
+        if not (self.run_dir / SESSION_FILE).is_file():
+            raise OnlineError(f"{self.run_dir} is not an online run (no {SESSION_FILE}); pass the run folder of an "
+                              f"earlier agent train --online")
+        return _ContinuedRun(self.run_dir)
+
+    def _save_session(self) -> None:
+        path = self.run_dir / SESSION_FILE
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"sessions": []}
+        data["online"] = online_json(self.online)
+        data["train"] = self.config.to_dict()
+        data["train_overrides"] = config_overrides(self.config)
+        data["sessions"].append({"id": self.session_id, "started_at": time.time(), "resume": self.resume})
+        path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+    def elapsed(self) -> float:
+        """Acting wall time of the run, earlier sessions of a resumed run included."""
+        return self._offset_s + (time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
+
+    # -- the run ------------------------------------------------------------------------------------------------------
+
+    async def run(self) -> OnlineResult:
+        """Run until the learner has done ``train.steps`` updates (or a limit, Ctrl-C, an error); returns what
+        happened. Raises ``OnlineError`` when a learner error, every actor's device, or a setting stopped it."""
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self.run_writer = self._open_run()
+        await asyncio.to_thread(self._setup)
+        if self.resume:  # the curve goes on from where the earlier sessions of this run left it
+            self._offset_s, self._episode_offset = _previous(self.run_dir / "online.jsonl")
+        self._save_session()
+        self.follower = AdapterFollower(self.backend, self.transport, self.clock)
+        self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
+        n = self.config.rl.group_size
+        self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level, n=n,
+                          batch=self.config.rl.prompts_per_batch, prefix=f"{self.session_id}/")
+        self.actors = [Actor(self, i) for i in range(self.online.devices)]
+        sigint = _install_sigint(loop, self)
+        self.learner.start(loop)
+        tasks = [asyncio.create_task(a.run(), name=a.name) for a in self.actors]
+        monitor = asyncio.create_task(self._monitor(tasks), name="monitor")
+        try:
+            await self._stop.wait()
+        except asyncio.CancelledError:
+            self.request_stop("interrupted")
+            raise
+        finally:
+            await self._shutdown(tasks, monitor, sigint)
+        return self._finish()
+
+    async def _monitor(self, actor_tasks: list[asyncio.Task[None]]) -> None:
+        """Episode outcomes in, progress out, and the session's own stop conditions."""
+        curve = open(self.run_dir / "online.jsonl", "a", encoding="utf-8")
+        last_line = 0.0
+        try:
+            while True:
+                for m in self.transport.receive_episodes():
+                    self.stats.add(m)
+                    snap = self.stats.snapshot()
+                    curve.write(json.dumps({
+                        "t": round(self.elapsed(), 3), "time": m.ended_at,
+                        "episode": self._episode_offset + snap["episodes"],
+                        "actor": m.actor, "seed": m.seed, "episode_id": m.episode_id, "outcome": m.outcome,
+                        "reward": m.reward, "steps": m.steps, "versions": list(m.versions),
+                        "update": self.trainer.step, "success_rate": _finite(snap["success_rate"]),
+                        "group": m.group, "session": self.session_id}) + "\n")
+                    curve.flush()
+                now = time.perf_counter()
+                if now - last_line >= self.online.progress_every_s:
+                    last_line = now
+                    self._progress_line()
+                o = self.online
+                snap = self.stats.snapshot()
+                if o.max_episodes and snap["episodes"] >= o.max_episodes:
+                    self.request_stop("max-episodes")
+                if o.max_wall_s and self._t0 is not None and time.perf_counter() - self._t0 >= o.max_wall_s:
+                    self.request_stop("max-wall")
+                if all(t.done() for t in actor_tasks) and not self.stopping:
+                    errors = [a.error for a in self.actors if a.state == "dropped"]
+                    self.fatal(OnlineError(f"every actor was dropped (last error: {errors[-1] if errors else '?'}); "
+                                           f"the learner's checkpoint is in {self.run_dir}/checkpoints"))
+                await asyncio.sleep(0.1)
+        finally:
+            for m in self.transport.receive_episodes():
+                self.stats.add(m)
+            curve.close()
+
+    def _progress_line(self) -> str:
+        snap = self.stats.snapshot()
+        samples = self.counts().get("samples_sent", 0)
+        elapsed = time.perf_counter() - self._t0 if self._t0 else 0.0
+        rate = f"{snap['success_rate']:.0%}" if math.isfinite(snap["success_rate"]) else "-"
+        reward = f"{snap['reward_mean']:.2f}" if math.isfinite(snap["reward_mean"]) else "-"
+        version = self.follower.current.version if self.follower.current else "-"
+        per_s = (lambda n: n / elapsed) if elapsed else (lambda n: 0.0)
+        updates = self.trainer.step if self.trainer else 0
+        line = (f"{elapsed:6.0f}s  episodes {snap['episodes']}  success {rate} (last 50)  reward {reward}  "
+                f"samples/s {per_s(samples):.1f}  steps/s {per_s(snap['steps']):.2f}  version {version}  "
+                f"updates {updates}/{self.config.train.steps}  actors {len(self.alive_actors())}/{self.online.devices}")
+        if self.progress is not None:
+            self.progress(line)
+        else:
+            log.info("%s", line)
+        return line
+
+    async def _shutdown(self, tasks: list[asyncio.Task[None]], monitor: asyncio.Task[None],
+                        sigint: Callable[[], None]) -> None:
+        self.stopping = True
+        wall = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        for t in tasks:
+            t.cancel()  # an episode in flight is recorded as interrupted; devices close in the actors' finally
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._batcher is not None:
+            await self._batcher.close()
+        # The learner finishes its update, sees the stream end, writes its checkpoint and the final adapter.
+        await asyncio.to_thread(self.learner.join)
+        self.transport.close()
+        await asyncio.sleep(0)
+        monitor.cancel()
+        await asyncio.gather(monitor, return_exceptions=True)
+        sigint()
+        self.result.wall_s = wall
+        if self.backend is not None:
+            await self.backend.close()
+        if self.trainer is not None:
+            await self.trainer.backend.close()
+
+    def _finish(self) -> OnlineResult:
+        from train.checkpoint import latest_checkpoint
+
+        r, snap = self.result, self.stats.snapshot()
+        r.updates = self.trainer.step if self.trainer else r.updates
+        r.episodes, r.successes, r.steps = int(snap["episodes"]), int(snap["successes"]), int(snap["steps"])
+        r.stopped_by = self.stopped_by
+        counts = self.counts()
+        r.samples, r.stale_dropped = counts.get("samples_received", 0), counts.get("stale_dropped", 0)
+        r.restarts = sum(a.restarts for a in self.actors)
+        r.dropped_actors = [a.name for a in self.actors if a.state == "dropped"]
+        r.refused_adapters = len(self.follower.refused)
+        r.versions = self.clock.rows()
+        r.timings = {k: round(v, 4) for k, v in self.stats.timings.items()}
+        r.learn_s = self.learner.learn_s if self.learner else 0.0
+        r.checkpoint = latest_checkpoint(self.run_dir)
+        (self.run_dir / "online_summary.json").write_text(json.dumps(r.to_dict(), indent=1, default=str) + "\n",
+                                                          encoding="utf-8")
+        try:
+            plot_online_curve(self.run_dir / "online.jsonl", self.run_dir / "online_curve.png")
+        except ImportError:
+            log.warning("matplotlib is missing: no online_curve.png")
+        if self.online.report:
+            from agent.report import build_report
+
+            r.report = build_report(self.run_dir)
+        self._progress_line()
+        if self.learner is not None and self.learner.error is not None:
+            e = self.learner.error
+            r.error = f"{type(e).__name__}: {e}"
+            where = (f"checkpoint {r.checkpoint}" if r.checkpoint
+                     else "no checkpoint (it failed before the first update)")
+            raise OnlineError(f"the learner failed at update {self.trainer.step + 1}: {type(e).__name__}: {e}. The run "
+                              f"stopped; {where}; after fixing the cause, continue with --resume {self.run_dir}") from e
+        if self._fatal is not None:
+            r.error = str(self._fatal)
+            raise self._fatal
+        return r
+
+
+class _ContinuedRun(RunWriter):
+    """The run folder of an earlier session, continued: new episodes are numbered after the existing ones."""
+
+    def __init__(self, path: Path) -> None:  # noqa: D107 - deliberately does not create a new folder
+        self.runs_dir, self.run_id, self.path = path.parent, path.name, path
+        self.frame_format, self.fsync = "png", False
+        existing = [int(p.name[2:]) for p in path.glob("ep*") if p.name[2:].isdigit()]
+        self._episodes = max(existing) + 1 if existing else 0
+
+
+def _install_sigint(loop: asyncio.AbstractEventLoop, session: OnlineSession) -> Callable[[], None]:
+    """First Ctrl-C: a clean stop (checkpoint, devices closed); a second one: the default (abort)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def first() -> None:
+        log.warning("Ctrl-C: stopping cleanly (the learner checkpoints, devices close); Ctrl-C again to abort")
+        session.request_stop("interrupted")
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first)
+    except (NotImplementedError, RuntimeError):
+        return lambda: None
+
+    def remove() -> None:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return remove
+
+
+def _finite(x: float) -> float | None:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _previous(path: Path) -> tuple[float, int]:
+    """(wall time, episodes) where the earlier sessions of this run left the curve."""
+    last, episodes = 0.0, 0
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                last, episodes = max(last, float(row["t"])), max(episodes, int(row["episode"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return last, episodes

@@ -1,0 +1,133 @@
+"""Adapter versions on the actors' side: loading each announced version (after its checksum) between two steps, and
+timing "vN written" -> "vN loaded" -> "every actor acting with vN"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from train.adapters import AdapterChecksumError, AdapterRef, load_verified
+from train.transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _VersionRecord:
+    version: str
+    step: int
+    written_at: float
+    loaded_at: float | None = None
+    verify_s: float | None = None
+    load_s: float | None = None
+    acting: dict[str, float] = field(default_factory=dict)
+    """Actor -> wall time its first decision with this version (or a newer one) was made."""
+    all_acting_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "step": self.step, "written_at": self.written_at,
+                "loaded_at": self.loaded_at, "verify_s": self.verify_s, "load_s": self.load_s,
+                "all_acting_at": self.all_acting_at,
+                "load_delay_s": None if self.loaded_at is None else self.loaded_at - self.written_at,
+                "propagation_s": None if self.all_acting_at is None else self.all_acting_at - self.written_at,
+                "actors": dict(self.acting)}
+
+
+class VersionClock:
+    """When each version was written, loaded, and first used by each actor: "vN written" to "every actor acting
+    with vN" (an actor that jumps straight to a newer version counts as acting with vN then)."""
+
+    def __init__(self, path: Path) -> None:
+        self.records: dict[int, _VersionRecord] = {}
+        self.path = path
+        self._lock = threading.Lock()
+
+    def published(self, ref: AdapterRef) -> None:
+        with self._lock:
+            self.records.setdefault(ref.step, _VersionRecord(ref.version, ref.step, ref.written_at))
+
+    def loaded(self, ref: AdapterRef, verify_s: float, load_s: float) -> None:
+        with self._lock:
+            rec = self.records.setdefault(ref.step, _VersionRecord(ref.version, ref.step, ref.written_at))
+            rec.loaded_at, rec.verify_s, rec.load_s = time.time(), verify_s, load_s
+
+    def acted(self, actor: str, step: int | None, at: float, alive: Sequence[str]) -> None:
+        if step is None:
+            return
+        done = []
+        with self._lock:
+            for s, rec in self.records.items():
+                if s <= step and actor not in rec.acting and rec.all_acting_at is None:
+                    rec.acting[actor] = at
+            for rec in self.records.values():
+                if rec.all_acting_at is None and rec.acting and all(a in rec.acting for a in alive):
+                    rec.all_acting_at = max(rec.acting[a] for a in alive)
+                    done.append(rec)
+        for rec in done:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec.to_json()) + "\n")
+            log.info("every actor acts with %s, %.2f s after it was written", rec.version,
+                     rec.all_acting_at - rec.written_at)
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [self.records[s].to_json() for s in sorted(self.records)]
+
+
+class AdapterFollower:
+    """Keeps the actors' backend on the newest announced adapter: checks each version's bytes, loads it between
+    two steps (one load at a time), and refuses a version whose files do not match its sha256."""
+
+    def __init__(self, backend: Any, transport: Transport, clock: VersionClock) -> None:
+        self.backend, self.transport, self.clock = backend, transport, clock
+        self.current: AdapterRef | None = None
+        self.refused: dict[str, str] = {}
+        """"<step>:<sha256>" -> why, for versions that failed the check (never retried)."""
+        self._lock = asyncio.Lock()
+        self.ready = asyncio.Event()
+
+    def _wanted(self) -> AdapterRef | None:
+        ref = self.transport.policy()
+        if ref is None or _refusal_key(ref) in self.refused:
+            return None
+        if self.current is not None and (ref.step, ref.sha256) == (self.current.step, self.current.sha256):
+            return None
+        return ref
+
+    async def sync(self) -> None:
+        """Load the newest announced version if it is not the active one (called by actors between steps)."""
+        if self._wanted() is None:
+            return
+        async with self._lock:
+            ref = self._wanted()
+            while ref is not None:
+                try:
+                    times = await asyncio.to_thread(load_verified, self.backend, ref)
+                except AdapterChecksumError as exc:
+                    newer = self.transport.policy()
+                    if newer is not None and newer.sha256 != ref.sha256:
+                        log.info("adapter %s was superseded while loading (%s); loading %s", ref.version, exc,
+                                 newer.version)
+                    else:
+                        self.refused[_refusal_key(ref)] = str(exc)
+                        log.error("refused adapter %s: %s; the actors keep %s", ref.version, exc,
+                                  self.current.version if self.current else "the base weights")
+                    ref = self._wanted()
+                    continue
+                self.current = ref
+                self.clock.loaded(ref, times.verify_s, times.load_s)
+                self.ready.set()
+                log.info("actors switched to adapter %s (verify %.3f s, load %.3f s)", ref.version, times.verify_s,
+                         times.load_s)
+                ref = self._wanted()
+
+
+def _refusal_key(ref: AdapterRef) -> str:
+    return f"{ref.step}:{ref.sha256}"

@@ -1,0 +1,76 @@
+"""Online-session benchmarks.
+
+    .venv/bin/python -m bench.online throughput [--devices 1 2 4] [--runs 3] [--seconds 30]
+    .venv/bin/python -m bench.online curve [--sft PATH] [--minutes 8] [--sft-minutes 8]
+
+Results go to bench/results/online_*.json (and .png); copies in docs/results/ are what docs/online.md shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def _machine() -> dict:
+    import torch
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.online")
+    sub = parser.add_subparsers(dest="what", required=True)
+    tp = sub.add_parser("throughput", help="steps/s of the loop with N browser actors and the tiny model")
+    tp.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    tp.add_argument("--runs", type=int, default=3)
+    tp.add_argument("--seconds", type=float, default=30.0, help="acting time per run")
+    tp.add_argument("--out", type=Path, default=REPO / "bench/results/online_throughput.json")
+    cv = sub.add_parser("curve", help="learning curves of online runs, step- and episode-level groups")
+    cv.add_argument("--sft", type=Path, help="a model folder to start from (default: SFT one here)")
+    cv.add_argument("--sft-minutes", type=float, default=8.0)
+    cv.add_argument("--minutes", type=float, default=8.0, help="wall time of each online run")
+    cv.add_argument("--devices", type=int, default=2)
+    cv.add_argument("--levels", nargs="+", default=["step", "episode"])
+    cv.add_argument("--work", type=Path, help="where run folders go (default: a temporary folder)")
+    cv.add_argument("--out", type=Path, default=REPO / "bench/results/online_curve.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("httpx", "matplotlib", "PIL", "train.monitors", "agent.eval", "train.checkpoint",
+                  "train.adapters", "policy.backends.hf", "train.trainer", "agent.online.versions"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.what == "throughput":
+        from bench.online import throughput
+
+        with tempfile.TemporaryDirectory(prefix="online-bench-") as work:
+            data = throughput.main(args.devices, args.runs, args.seconds, Path(work), args.out)
+        data["machine"] = _machine()
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        print(data["table"])
+        return 0
+    from bench.online import curve
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="online-curve-"))
+    data = curve.main(args, work)
+    data["machine"] = _machine()
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(data["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

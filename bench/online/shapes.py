@@ -1,0 +1,121 @@
+"""``bench/shapes``: the learning benchmark's shape screens (bench/learning/screens.py) shown in Chromium, as an
+environment for online runs that a ~1M-parameter model can learn on a CPU.
+
+A screen is one 224 x 224 image drawn 1:1 in a 224 x 224 viewport, so the frame is the model's input. The task is
+the screen's instruction ("the red circle"). The first click decides the episode: reward 1 when the page recorded
+it inside the target's box (inclusive, CSS pixels = image pixels), 0 otherwise; ``finish`` and ``infeasible`` end it
+with 0. The step verifier scores a candidate click the same way without executing it. Importing this module
+registers the environment (suite "bench", web devices).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from devices.actions import Action, ActionKind
+from envs.base import OwnsDevice, StepVerdict
+from envs.errors import EnvError
+from envs.registry import REGISTRY, register
+from envs.tasks import Verdict
+
+SIZE = 224
+NAME = "bench/shapes"
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>html,body{{margin:0;overflow:hidden;background:#000}}
+img{{display:block;width:{s}px;height:{s}px}}</style></head><body>
+<img id="screen" src="data:image/png;base64,{png}" width="{s}" height="{s}">
+<script>window.handeye={{clicks:[]}};document.addEventListener('click',e=>handeye.clicks.push([e.clientX,e.clientY]));
+</script></body></html>"""
+
+
+def _png(image: np.ndarray) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+class ShapesEnv(OwnsDevice):
+    """Shape screens in a browser (see the module docstring)."""
+
+    def __init__(self, distractors: int = 3, background: str = "gradient", max_steps: int = 3, device: Any = None,
+                 env_name: str = NAME) -> None:
+        self.name, self.distractors, self.background, self.max_steps = env_name, distractors, background, max_steps
+        self._adopt_device(device)
+        self.screen: Any = None
+        self.steps = 0
+        self.done = False
+
+    async def _ensure_device(self) -> Any:
+        if self._device is None:
+            from devices.web import PlaywrightDevice, WebConfig
+
+            self._device = PlaywrightDevice(WebConfig(viewport_width=SIZE, viewport_height=SIZE))
+            await self._device.start()
+        page = self._device.page
+        if page.viewport_size != {"width": SIZE, "height": SIZE}:
+            await page.set_viewport_size({"width": SIZE, "height": SIZE})
+        return self._device
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        from bench.learning.screens import make_screen
+
+        self.screen = make_screen(np.random.default_rng(seed), self.distractors, self.background)
+        device = await self._ensure_device()
+        await device.page.set_content(_PAGE.format(s=SIZE, png=_png(self.screen.image)), wait_until="load")
+        self.steps, self.done = 0, False
+        obs = await device.observe()
+        if obs.size != (SIZE, SIZE):
+            raise EnvError(f"{self.name}: the frame is {obs.size}, expected {SIZE}x{SIZE} (device pixel ratio 1)")
+        return obs, {"instruction": self.screen.instruction, "seed": seed, "box": list(self.screen.box)}
+
+    def _inside(self, x: float, y: float) -> bool:
+        x1, y1, x2, y2 = self.screen.box
+        return x1 <= x <= x2 and y1 <= y <= y2
+
+    async def step(self, action: Action) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self.screen is None or self.done:
+            raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
+        self.steps += 1
+        verdict: Verdict | None
+        if action.kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
+            verdict = Verdict(False, 0.0, {"reason": f"{action.kind.value} on a screen whose target is there"})
+        else:
+            await self.device.act(action)
+            clicks = await self.device.evaluate("() => window.handeye.clicks")
+            verdict = None
+            if clicks:
+                x, y = clicks[0]
+                ok = self._inside(x, y)
+                verdict = Verdict(ok, 1.0 if ok else 0.0, {"click": [x, y], "box": list(self.screen.box)})
+        terminated = verdict is not None
+        truncated = not terminated and self.steps >= self.max_steps
+        self.done = terminated or truncated
+        obs = await self.device.observe()
+        info: dict[str, Any] = {"steps": self.steps}
+        if verdict is not None:
+            info["success"], info["verdict"] = verdict.success, verdict.details
+        return obs, verdict.reward if verdict else 0.0, terminated, truncated, info
+
+    async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict]:
+        out = []
+        for a in candidates:
+            ok = a.kind is ActionKind.CLICK and a.point is not None and self._inside(a.point.x * SIZE, a.point.y * SIZE)
+            out.append(StepVerdict(ok, 1.0 if ok else 0.0, "inside the target's box" if ok else "not on the target"))
+        return out
+
+    async def close(self) -> None:
+        await self._close_owned_device()
+
+
+if NAME not in REGISTRY:
+    register(NAME, "bench.online.shapes:ShapesEnv", "bench", "find a coloured shape on a 224 px screen (benchmark)")
+    from agent.online import DEVICE_KINDS
+
+    DEVICE_KINDS.setdefault("bench", "web")

@@ -1,0 +1,289 @@
+"""agent train --online at a tiny scale: two actors, each with its own Chromium, drive generated screens with the
+tiny random Qwen2.5-VL while the learner updates a LoRA adapter; every actor switches to each new version between
+steps (visible in the trajectories), a browser that goes away is replaced while the other actor goes on, a corrupt
+adapter is refused, a learner error stops the run with a checkpoint, and a stopped run resumes where it was."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.config import load_train_config
+from agent.online import AdapterFollower, OnlineConfig, OnlineError, OnlineSession, TaskSampler, VersionClock
+from envs.records import Outcome
+from envs.trajectory import iter_episodes
+from tests.conftest import descendants
+from train.metrics import read_metrics
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def config(run_dir: Path, *more: str):
+    return load_train_config(None, [
+        'model.path="tiny"', f'train.run_dir="{run_dir}"', "data.think=false", "rl.group_size=3",
+        "rl.batch_prompts=2", "rl.max_new_tokens=32", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]',
+        "rl.lr=0.02", "log.tensorboard=false", "eval.every=0", "data.seeds=50", *more])
+
+
+class ForceFirstAnswer:
+    """Forces the first answer of each request to a parsable click at the screen's centre and leaves the others to
+    the random model (noise that does not parse), so that groups have a reward spread to learn from."""
+
+    def __init__(self, tokenizer) -> None:
+        from policy.backends.hf import ForceTextLogitsProcessor
+
+        self.inner = ForceTextLogitsProcessor(tokenizer, '[{"point_2d": [140, 84]}]')
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:1] = self.inner(input_ids[:1], scores[:1])
+        return scores
+
+
+def session_for(cfg, settings: OnlineConfig, **kw) -> OnlineSession:
+    holder: list[OnlineSession] = []
+    session = OnlineSession(cfg, settings, logits_processor_factory=lambda req: ForceFirstAnswer(
+        holder[0].backend.tokenizer), **kw)
+    holder.append(session)
+    return session
+
+
+def online(**kw) -> OnlineConfig:
+    return OnlineConfig(**{"env": "generated/click", "devices": 2, "progress_every_s": 1000.0, **kw})
+
+
+async def until(condition, timeout: float = 90.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError("the condition was not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def versions(episode) -> list[int]:
+    return [int(s.info["policy"]["adapter_version"].split("@")[1]) for s in episode.steps if "policy" in s.info]
+
+
+def chromium_children() -> list[int]:
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            if "chrom" in Path(f"/proc/{pid}/comm").read_text():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """A session that runs until actor-0's browser died, was replaced, and the learner made three updates; then
+    it is stopped (as Ctrl-C does) and leaves its run folder."""
+    run = tmp_path_factory.mktemp("online") / "run"
+    cfg = config(run, "train.steps=100", "checkpoint.every=2", "curriculum.enabled=true",
+                 "curriculum.hard_fraction=0.5")
+    session = session_for(cfg, online(max_policy_lag=2, max_restarts=2, wire=True))
+    crash: dict = {}
+
+    async def scenario():
+        task = asyncio.create_task(session.run())
+        await until(lambda: session.actors and session.actors[0].decisions >= 1 and session.actors[0].device)
+        a0, a1 = session.actors
+        crash["at"], a1_episodes = time.time(), a1.episodes
+        await a0.device._browser.close()  # the browser goes away under the actor
+        await until(lambda: a0.restarts >= 1 and session.follower.current.step >= 1)
+        marks = [a.decisions for a in session.actors]  # then both act (recorded) with a version after v0
+        await until(lambda: all(a.decisions >= m + 2 for a, m in zip(session.actors, marks))
+                    and a1.episodes > a1_episodes and session.trainer.step >= 3)
+        session.request_stop("test")
+        return await task
+
+    result = asyncio.run(scenario())
+    return run, result, session, crash["at"]
+
+
+def test_actors_switch_adapter_versions_between_steps_and_the_run_folder_holds_everything(first_run):
+    run, result, session, _ = first_run
+    assert result.stopped_by == "test" and result.updates >= 3
+    assert result.checkpoint is not None and result.checkpoint.name == f"step-{result.updates:06d}"
+    episodes = list(iter_episodes(run))
+    by_actor: dict[str, list[int]] = {}
+    for ep in episodes:
+        by_actor.setdefault(ep.record.env["actor"], []).extend(versions(ep))
+    for actor, seen in by_actor.items():  # every actor switched to newer versions between steps, never back
+        assert seen == sorted(seen) and seen[-1] > seen[0], (actor, seen)
+    assert min(min(seen) for seen in by_actor.values()) == 0  # the run started with v0
+    # each step's samples were recorded with the version that produced them
+    step = next(s for ep in episodes for s in ep.steps if "policy" in s.info)
+    assert len(step.info["policy"]["samples"]) == 3 and len(step.info["policy"]["sample_rewards"]) == 3
+    # "vN written" -> "every actor acting with vN", measured for the versions both actors reached
+    # (a version superseded before any actor asked for it is never loaded: the actors went on to a newer one)
+    rows = [json.loads(line) for line in (run / "adapters.jsonl").read_text().splitlines()]
+    loaded = [r for r in rows if r["load_delay_s"] is not None]
+    assert all(r["propagation_s"] >= r["load_delay_s"] >= 0 for r in loaded)
+    assert any(r["step"] >= 1 for r in loaded)
+    # the learner's metrics, checkpoints, curves, the per-episode curve and the report
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, result.updates + 1))
+    assert all("online/episodes" in m and "online/stale_dropped" in m for m in metrics)
+    assert max(m["online/actors_alive"] for m in metrics) == 2
+    assert all(m["train/samples"] >= 2 for m in metrics)
+    for name in ("report.html", "curves.png", "online_curve.png", "online.json", "online_summary.json", "run.json"):
+        assert (run / name).is_file(), name
+    assert len(list((run / "adapters").glob("v*"))) <= session.online.keep_adapters
+    curve = [json.loads(line) for line in (run / "online.jsonl").read_text().splitlines()]
+    assert len(curve) == result.episodes and curve[-1]["t"] >= curve[0]["t"]
+    assert result.stale_dropped >= 0 and result.samples > 0
+    assert not chromium_children()  # every device was closed
+
+
+def test_an_actor_whose_browser_dies_is_restarted_while_the_other_goes_on(first_run):
+    run, result, _, crash_at = first_run
+    episodes = sorted(iter_episodes(run), key=lambda e: e.record.started_at)
+    a0 = [e for e in episodes if e.record.env["actor"] == "actor-0"]
+    a1 = [e for e in episodes if e.record.env["actor"] == "actor-1"]
+    aborted = [e for e in a0 if e.record.outcome is Outcome.ABORTED]
+    assert aborted and all(e.record.reason["type"] for e in aborted)
+    after = [e for e in a0 if e.record.started_at > aborted[-1].record.ended_at]
+    assert after and any(versions(e) for e in after)  # back at work with a new browser
+    assert result.restarts == len(aborted) and result.dropped_actors == []  # each failure: a restart
+    assert not any(e.record.outcome is Outcome.ABORTED for e in a1)
+    assert any(e.record.ended_at > crash_at for e in a1 if e.record.outcome is not Outcome.INTERRUPTED)
+
+
+def test_resume_continues_from_the_checkpoint_with_the_same_curriculum(first_run):
+    run, first, _, _ = first_run
+    done = first.updates
+    state_before = json.loads((run / "checkpoints" / f"step-{done:06d}" / "state.json").read_text())["trainer"]
+    n_before = len(list(iter_episodes(run)))
+    cfg = config(run, f"train.steps={done + 2}", "checkpoint.every=2", "curriculum.enabled=true",
+                 "curriculum.hard_fraction=0.5")
+    result = asyncio.run(session_for(cfg, online(max_policy_lag=2), resume=True).run())
+    assert result.stopped_by == "learner-done" and result.updates == done + 2
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, done + 3))
+    episodes = sorted(iter_episodes(run), key=lambda e: e.record.episode_id)
+    new = episodes[n_before:]
+    assert new and all(int(e.record.episode_id[2:]) >= n_before for e in new)
+    assert min(v for e in new for v in versions(e)) == done  # the resumed run starts from the checkpoint's version
+    state_after = json.loads((run / "checkpoints" / f"step-{done + 2:06d}" / "state.json").read_text())["trainer"]
+    before, after = state_before["curriculum"], state_after["curriculum"]
+    assert before["observations"] > 0 and after["observations"] > before["observations"]
+    assert all(after["seen"][k] >= v for k, v in before["seen"].items())  # it remembered, not started over
+    pos = lambda d: d["epoch"] * 50 + d["pos"]  # noqa: E731
+    assert pos(state_after["data"]) > pos(state_before["data"])  # the task stream went on, not from the start
+    assert len(json.loads((run / "online.json").read_text())["sessions"]) == 2
+
+
+def test_a_learner_error_stops_the_run_with_a_checkpoint_and_a_clear_message(tmp_path, monkeypatch):
+    from train.learner import Learner
+
+    real_step, calls = Learner.step, []
+
+    def failing_step(self, groups):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real_step(self, groups)
+
+    monkeypatch.setattr(Learner, "step", failing_step)
+    run = tmp_path / "run"
+    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(devices=1))
+    with pytest.raises(OnlineError) as info:
+        asyncio.run(session.run())
+    message = str(info.value)
+    assert "learner failed at update 2" in message and "simulated" in message and "--resume" in message
+    assert (run / "checkpoints" / "step-000001" / "COMPLETE").is_file()  # written after the error
+    assert session.result.stopped_by == "learner-error"
+    assert not chromium_children()
+
+
+def test_a_corrupt_adapter_version_is_refused_and_the_actors_keep_the_last_good_one(tmp_path):
+    from policy.backends.hf import TransformersBackend
+    from policy.presets import preset_for
+    from policy.tiny import build_tiny_qwen25vl
+    from train.adapters import AdapterStore
+    from train.learner import Learner
+    from train.transport import InProcessTransport
+
+    model = build_tiny_qwen25vl(tmp_path / "model")
+    preset = preset_for("tiny-qwen", "infigui-g1", min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28)
+    learner = Learner(TransformersBackend(model, preset=preset), lora_targets=("q_proj", "v_proj"))
+    actors = TransformersBackend(model, preset=preset)
+    store, transport = AdapterStore(tmp_path / "adapters"), InProcessTransport()
+    follower = AdapterFollower(actors, transport, VersionClock(tmp_path / "adapters.jsonl"))
+
+    async def go():
+        transport.announce(store.publish(learner))
+        await follower.sync()
+        assert actors.adapter_version == "learner@0"
+        learner.steps = 1
+        bad = store.publish(learner)
+        weights = Path(bad.path) / "adapter_model.safetensors"
+        weights.write_bytes(b"\x00" * 16 + weights.read_bytes()[16:])
+        transport.announce(bad)
+        await follower.sync()
+        await follower.sync()  # asked again between the next steps: not retried
+        assert actors.adapter_version == "learner@0" and list(follower.refused) == [f"1:{bad.sha256}"]
+        assert "corrupt" in follower.refused[f"1:{bad.sha256}"]
+        learner.steps = 2
+        transport.announce(store.publish(learner))
+        await follower.sync()
+        assert actors.adapter_version == "learner@2"
+
+    asyncio.run(go())
+
+
+def test_the_task_stream_resumes_where_it_was():
+    a = TaskSampler("generated/click", seeds=7, seed=3)
+    first = [d.seed for d in a.next_prompts(10)]
+    assert sorted(first[:7]) == list(range(7))  # every seed once per epoch
+    state = a.state_dict()
+    b = TaskSampler("generated/click", seeds=7, seed=3)
+    b.load_state_dict(json.loads(json.dumps(state)))
+    assert [d.seed for d in b.next_prompts(5)] == [d.seed for d in a.next_prompts(5)]
+    assert [d.seed for d in a.prompts_for(["generated/click:4", "generated/form:4", "generated/click:99"])] == [4]
+    with pytest.raises(OnlineError, match="same env"):
+        TaskSampler("generated/form", seeds=7).load_state_dict(state)
+
+
+def test_bad_settings_are_refused_before_anything_starts(tmp_path, capsys):
+    from agent.cli import main
+
+    with pytest.raises(OnlineError, match="finetune=lora"):
+        OnlineSession(config(tmp_path, 'model.finetune="full"'), online())
+    with pytest.raises(OnlineError, match="runs on a web device"):
+        OnlineSession(config(tmp_path), online(device_kind="android"))
+    with pytest.raises(OnlineError, match="did you mean"):
+        OnlineSession(config(tmp_path), online(env="generated/clik"))
+    assert main(["train", "--env", "generated/click"]) == 2
+    assert "only apply to online sessions" in "".join(capsys.readouterr())
+    assert main(["train", "--online"]) == 2
+    assert "needs --env" in "".join(capsys.readouterr())
+
+
+def test_the_step_reward_is_aepos_with_the_verifier_as_the_box_test():
+    from agent.online import step_reward
+
+    assert step_reward(None) == (-1.0, {"format": 0.0, "accuracy": -1.0, "correct": 0.0, "answers": 0.0})
+    assert step_reward([True])[0] == 2.0 and step_reward([True])[1]["correct"] == 1.0
+    assert step_reward([False]) == (0.0, {"format": 1.0, "accuracy": -1.0, "correct": 0.0, "answers": 1.0})
+    assert step_reward([False, True])[0] == pytest.approx(1 + 1 / 2)  # N = 2, k = 2: 1 + 1/sqrt(4)
+    assert step_reward([True, False, False])[0] == pytest.approx(1 + 1 / 3 ** 0.5)
+    assert step_reward([False, False])[0] == pytest.approx(0.5)  # 1 - 1/N
+    assert step_reward([True, True, True], collinear=True)[0] == -1.0
+    assert step_reward([])[0] == -1.0
+
+
+def test_saved_settings_read_back_into_the_same_config(tmp_path):
+    from agent.online import config_overrides
+
+    cfg = config(tmp_path, 'model.lora_targets=["q_proj", "v_proj"]', "rl.lr=3e-05", 'train.resume="auto"',
+                 "curriculum.enabled=true")
+    assert load_train_config(None, config_overrides(cfg)) == cfg
