@@ -18,3 +18,7 @@ class ConfigError(AgentError, ValueError):
 
 class SecretError(AgentError):
     """A secret referenced by the config or an action cannot be resolved."""
+
+
+class OnlineError(AgentError):
+    """An online session that cannot start or had to stop: a bad setting, every actor dropped, a learner error."""

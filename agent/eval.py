@@ -216,7 +216,7 @@ async def evaluate(
             env = None
             try:
                 env = pool.take()
-                result, broken = await _run_env_episode(name, ep_seed, env, policy_factory, writer, max_steps)
+                result, broken = await run_env_episode(name, ep_seed, env, policy_factory, writer, max_steps)
             except Exception as e:  # building the env or the policy failed
                 log.error("%s seed %d: %s: %s", name, ep_seed, type(e).__name__, e)
                 record = writer.finish(Outcome.ABORTED, reason={"type": type(e).__name__, "message": str(e)})
@@ -245,7 +245,7 @@ async def evaluate(
     return result
 
 
-async def _run_env_episode(
+async def run_env_episode(
     name: str, seed: int, env: Any, policy_factory: PolicyFactory, writer: EpisodeWriter, max_steps: int | None,
 ) -> tuple[EpisodeResult, bool]:
     """One episode on ``env``; returns the result and whether the env broke (must not be reused)."""

@@ -92,6 +92,22 @@ class RunWriter:
             _dump({"run_id": self.run_id, "started_at": time.time(), "format_version": FORMAT_VERSION, **config}),
         )
 
+    @classmethod
+    def reopen(cls, path: str | Path, frame_format: str = "png", fsync: bool = False) -> RunWriter:
+        """An existing run folder, continued (a resumed session): ``run.json`` is kept and new episodes are
+        numbered after the ones already there."""
+        path = Path(path)
+        if not (path / "run.json").is_file():
+            raise RecordError(f"{path} is not a run folder (no run.json); pass the folder of an earlier run")
+        if frame_format not in FRAME_FORMATS:
+            raise ValueError(f"record.frame_format={frame_format!r} must be one of {FRAME_FORMATS}")
+        run = cls.__new__(cls)
+        run.runs_dir, run.run_id, run.path = path.parent, path.name, path
+        run.frame_format, run.fsync = frame_format, fsync
+        existing = [int(p.name[2:]) for p in path.glob("ep*") if p.name[2:].isdigit()]
+        run._episodes = max(existing) + 1 if existing else 0
+        return run
+
     def episode(self, record: EpisodeRecord | None = None, **fields: Any) -> EpisodeWriter:
         episode_id = f"ep{self._episodes:04d}"
         self._episodes += 1

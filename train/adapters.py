@@ -280,18 +280,12 @@ def load_verified(backend: Any, ref: AdapterRef, *, unload_others: bool = True) 
 
 
 def unload_adapters(backend: Any, *, keep: str) -> list[str]:
-    """Remove every loaded adapter version but ``keep`` from a ``TransformersBackend``; returns the removed names.
-
-    An online session loads a new version after every update; without this the old ones would pile up in memory.
-    (Uses the backend's lock and peft model directly: the backend has no unload method yet.)"""
+    """Remove every loaded adapter version but ``keep`` (and the active one) from a ``TransformersBackend``;
+    returns the removed names. An online session loads a new version after every update; without this the old
+    ones would pile up in memory."""
     removed = []
-    with backend._lock:
-        peft_model = backend._peft
-        if peft_model is None:
-            return removed
-        for name in [n for n in backend._adapters if n != keep]:
-            if name in peft_model.peft_config and name != backend._active:
-                peft_model.delete_adapter(name)
-                del backend._adapters[name]
-                removed.append(name)
+    for name in backend.loaded_adapters:
+        if name not in (keep, backend.adapter_version):
+            backend.unload_adapter(name)
+            removed.append(name)
     return removed

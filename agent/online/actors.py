@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agent.eval import _run_env_episode as run_env_episode
+from agent.eval import run_env_episode
 from agent.online.settings import OnlineError
 from agent.online.tasks import Job
 from envs.records import Outcome

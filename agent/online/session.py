@@ -290,7 +290,7 @@ class OnlineSession:
         if not (self.run_dir / SESSION_FILE).is_file():
             raise OnlineError(f"{self.run_dir} is not an online run (no {SESSION_FILE}); pass the run folder of an "
                               f"earlier agent train --online")
-        return _ContinuedRun(self.run_dir)
+        return RunWriter.reopen(self.run_dir)
 
     def _save_session(self) -> None:
         path = self.run_dir / SESSION_FILE
@@ -451,16 +451,6 @@ class OnlineSession:
             r.error = str(self._fatal)
             raise self._fatal
         return r
-
-
-class _ContinuedRun(RunWriter):
-    """The run folder of an earlier session, continued: new episodes are numbered after the existing ones."""
-
-    def __init__(self, path: Path) -> None:  # noqa: D107 - deliberately does not create a new folder
-        self.runs_dir, self.run_id, self.path = path.parent, path.name, path
-        self.frame_format, self.fsync = "png", False
-        existing = [int(p.name[2:]) for p in path.glob("ep*") if p.name[2:].isdigit()]
-        self._episodes = max(existing) + 1 if existing else 0
 
 
 def _install_sigint(loop: asyncio.AbstractEventLoop, session: OnlineSession) -> Callable[[], None]:

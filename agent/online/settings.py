@@ -9,15 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import AgentError
+from agent.errors import OnlineError
 
 DEVICE_KINDS = {"generated": "web", "miniwob": "web", "android": "android"}
 """The kind of device each environment suite runs on."""
 SESSION_FILE = "online.json"
-
-
-class OnlineError(AgentError):
-    """An online session that cannot start or had to stop: a bad setting, every actor dropped, a learner error."""
 
 
 @dataclass(frozen=True, slots=True)

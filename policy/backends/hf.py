@@ -255,6 +255,21 @@ class TransformersBackend:
                 raise BackendError(f"no adapter version {version!r} loaded; loaded: {sorted(self._adapters) or 'none'}")
             self._activate(version)
 
+    def unload_adapter(self, version: str) -> None:
+        """Remove a loaded adapter version from memory (not the active one: switch first)."""
+        with self._lock:
+            if version not in self._adapters:
+                raise BackendError(f"no adapter version {version!r} loaded; loaded: {sorted(self._adapters) or 'none'}")
+            if version == self._active:
+                raise BackendError(f"adapter {version!r} is the active one; use_adapter(another) before unloading it")
+            self._peft.delete_adapter(version)
+            del self._adapters[version]
+
+    @property
+    def loaded_adapters(self) -> tuple[str, ...]:
+        """The adapter versions in memory, in load order."""
+        return tuple(self._adapters)
+
     def disable_adapter(self) -> None:
         """Generate with the base weights (adapters stay loaded for ``use_adapter``)."""
         with self._lock:

@@ -99,3 +99,15 @@ def test_wrong_version_and_missing_files(tmp_path):
         read_episode(tmp_path)
     with pytest.raises(RecordFormatError, match="not a run folder"):
         list(iter_episodes(tmp_path))
+
+
+def test_a_reopened_run_numbers_new_episodes_after_the_old_ones(tmp_path):
+    run = RunWriter(tmp_path, {"task": "t"}, run_id="r1")
+    for _ in range(2):
+        run.episode(task="t")
+    assert sorted(p.name for p in (tmp_path / "r1").glob("ep*")) == ["ep0000", "ep0001"]
+    again = RunWriter.reopen(tmp_path / "r1")
+    assert again.run_id == "r1" and again.episode(task="t").path.name == "ep0002"
+    assert json.loads((tmp_path / "r1" / "run.json").read_text())["task"] == "t"  # kept, not rewritten
+    with pytest.raises(RecordError, match="is not a run folder"):
+        RunWriter.reopen(tmp_path / "nothing")

@@ -207,6 +207,12 @@ def test_adapters_switch_without_reloading_and_disable_restores_the_base(tiny_di
         backend.use_adapter("v3")
     with pytest.raises(BackendError, match="already loaded"):
         backend.load_adapter(a2, "v1")
+    with pytest.raises(BackendError, match="'v1' is the active one"):
+        backend.unload_adapter("v1")
+    backend.unload_adapter("v2")  # frees it; the active adapter still answers the same
+    assert backend.loaded_adapters == ("v1",) and greedy(backend) == with_v1
+    with pytest.raises(BackendError, match="no adapter version 'v2' loaded"):
+        backend.unload_adapter("v2")
 
 
 def test_adapter_given_at_start(tiny_dir: Path, tmp_path: Path) -> None:
