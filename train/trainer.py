@@ -117,6 +117,9 @@ class Trainer:
         self._next_group_id = 0
         self._skipped_batches = 0
         self.warnings: list[str] = []
+        self.on_start: list[Callable[[int], None]] = []
+        """Called once with the starting step, after a resume restored the state and before the first update: the
+        online session publishes the adapter version the actors start with here."""
         self.on_update: list[Callable[[int, dict[str, float]], None]] = []
         """Called after every update with (step, metrics), before metrics are logged and checkpoints written: the
         online session publishes the new adapter version here (and may add metrics to the dict)."""
@@ -246,6 +249,7 @@ class Trainer:
         it = iter(groups)
 
         def update() -> dict[str, float] | None:
+            t0 = time.perf_counter()
             batch: list[list[TrainSample]] = []
             for g in it:
                 batch.append(list(g))
@@ -253,6 +257,7 @@ class Trainer:
                     break
             if not batch:
                 raise StopIteration
+            self._stream_wait_s = time.perf_counter() - t0
             if self.accelerator is not None and self.accelerator.num_processes > 1:
                 # every process reads the same stream: each trains on every world-th group of the batch
                 batch = batch[self.accelerator.process_index::self.accelerator.num_processes]
@@ -267,6 +272,8 @@ class Trainer:
         if self.is_main:
             (self.run_dir / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=1), encoding="utf-8")
         result = TrainResult(stage=cfg.train.stage, steps=self.step, run_dir=self.run_dir)
+        for hook in self.on_start:
+            hook(self.step)
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.log.tensorboard, png=cfg.log.png,
                                resume_step=start) if self.is_main else None
         progress = Progress(cfg.train.steps, enabled=None if cfg.log.progress and self.is_main else False,
@@ -275,6 +282,7 @@ class Trainer:
             with progress:
                 while self.step < cfg.train.steps:
                     t0 = time.perf_counter()
+                    self._stream_wait_s = 0.0
                     try:
                         metrics = update()
                     except StopIteration:
@@ -283,7 +291,10 @@ class Trainer:
                     self.step += 1
                     if metrics is None:
                         metrics = {}
-                    metrics["time/step_s"] = time.perf_counter() - t0
+                    # the update's own time; waiting for a sample stream to deliver the batch is reported apart
+                    metrics["time/step_s"] = time.perf_counter() - t0 - self._stream_wait_s
+                    if self._stream_wait_s:
+                        metrics["time/stream_wait_s"] = self._stream_wait_s
                     if metrics.get("train/samples"):
                         metrics["time/samples_per_s"] = metrics["train/samples"] / metrics["time/step_s"]
                     metrics["train/skipped_batches"] = float(self._skipped_batches)

@@ -4,7 +4,7 @@ adapter vN after every update.
 The feed joins group parts (``GroupAssembler``), leaves out groups with nothing to learn from (the difficulty filter;
 equal rewards when there is no KL term), and hands the trainer a batch only when it has ``rl.batch_prompts`` groups
 whose samples are at most ``max_policy_lag`` versions behind, judged right before the update that uses them (the
-learner's own ``max_staleness`` is set to the same lag as a backstop). Its first call, which the trainer makes after
+learner's own ``max_staleness`` is set to the same lag as a backstop). The trainer's ``on_start`` hook, called after
 resuming from a checkpoint, publishes the version the actors start with.
 """
 
@@ -40,6 +40,7 @@ class LearnerLoop:
         self.buffered = 0
         """Whole groups waiting in the feed for the next update (part of the backlog actors pace themselves by)."""
         self._thread: threading.Thread | None = None
+        trainer.on_start.append(lambda step: self.publish())  # the version the actors start with (after a resume)
         trainer.on_update.append(self.after_update)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -83,7 +84,6 @@ class LearnerLoop:
         from train.curriculum import Correctness
 
         s = self.session
-        self.publish()  # the version the actors start with (after the trainer has resumed, if it did)
         flt, lag = s.config.filter, s.online.max_policy_lag
         learner = self.trainer.learner
         correct = Correctness()
