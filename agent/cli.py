@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "per task seed scored by the task checker")
     on.add_argument("--max-policy-lag", type=int, metavar="K",
                     help="drop samples more than K adapter versions behind the learner (default 2; -1 keeps all)")
+    on.add_argument("--minutes", type=float, metavar="M",
+                    help="stop the session after M minutes of wall time, whatever the update count (default: none)")
 
     parse = sub.add_parser("parse", help="parse a model's output and show where each action lands", description=(
         "Read TEXT as the named model family (or registered model id) would have written it for a "
@@ -711,7 +713,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         return run_cli(args)
     online_only = [f"--{k.replace('_', '-')}" for k in ("env", "devices", "device_kind", "group_level",
-                                                         "max_policy_lag") if getattr(args, k) is not None]
+                                                         "max_policy_lag", "minutes") if getattr(args, k) is not None]
     if online_only:
         return _error(f"{', '.join(online_only)} only apply to online sessions: add --online")
     from agent.config import load_train_config

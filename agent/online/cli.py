@@ -19,7 +19,8 @@ def run_cli(args: Any) -> int:
 
     explicit = {k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
-        "max_policy_lag": args.max_policy_lag}.items() if v is not None}
+        "max_policy_lag": args.max_policy_lag,
+        "max_wall_s": None if args.minutes is None else args.minutes * 60}.items() if v is not None}
     try:
         if args.resume:
             run_dir = Path(args.resume) if args.resume != "auto" else Path(
