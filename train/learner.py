@@ -76,9 +76,9 @@ def encode_example(backend: TransformersBackend, messages: list[dict[str, Any]],
     A vision placeholder token inside the response (a random or broken model can emit ``<|image_pad|>``) would make
     the model look for image features that are not there; the pad token is fed in its place. Targets keep the
     sampled ids (callers read them from the sample); only later tokens' context differs."""
-    from policy.backends.hf import _split_images
+    from policy.backends.hf import split_images
 
-    msgs, images = _split_images(messages_with_image(messages, image))
+    msgs, images = split_images(messages_with_image(messages, image))
     proc = backend.processor
     text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     enc = proc(text=[text], images=images or None, return_tensors="pt")

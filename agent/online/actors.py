@@ -16,6 +16,7 @@ from agent.online.settings import OnlineError
 from agent.online.tasks import Job
 from envs.records import Outcome
 from policy.base import Decision, HistoryEntry
+from policy.backends.hf import split_images
 from policy.errors import FormatParseError
 from train.rewards import is_collinear
 from train.samples import TrainSample
@@ -116,23 +117,6 @@ def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False) -> tupl
     return 1.0 + accuracy, {"format": 1.0, "accuracy": accuracy, "correct": 1.0 if k else 0.0, "answers": float(n)}
 
 
-def _strip_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
-    out, images = [], []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            parts = []
-            for part in content:
-                if part.get("type") == "image":
-                    images.append(part.get("image"))
-                    parts.append({"type": "image"})
-                else:
-                    parts.append(part)
-            m = {**m, "content": parts}
-        out.append(m)
-    return out, images
-
-
 class ActorPolicy:
     """The policy of one episode of one actor: the session's model policy, plus what online learning needs
     (adapter sync between steps, backpressure, scoring the answers, the samples)."""
@@ -168,7 +152,7 @@ class ActorPolicy:
         if version and (not self.versions or self.versions[-1] != version):
             self.versions.append(version)
         s.clock.acted(self.actor.name, _version_step(version), time.time(), s.alive_actors())
-        messages, images = _strip_images(request.messages)
+        messages, images = split_images(request.messages)
         info = dict(decision.info)
         if len(images) > 1:
             s.warn_once("images", f"the {s.model_policy.preset.family} prompt shows {len(images)} images; training "

@@ -195,7 +195,7 @@ class TransformersBackend:
     def _encode(self, requests: list[GenerationRequest]) -> dict[str, Any]:
         texts, images = [], []
         for req in requests:
-            messages, imgs = _split_images(req.messages)
+            messages, imgs = split_images(req.messages)
             for img in imgs:
                 self._check_image(img)
             try:
@@ -438,7 +438,7 @@ def _decoding_key(req: GenerationRequest) -> tuple:
     return do_sample, temperature, d.top_p, d.repetition_penalty, d.max_new_tokens, req.n
 
 
-def _split_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
+def split_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
     """Messages with image parts reduced to ``{"type": "image"}`` (what chat templates need), and
     the images in order."""
     out, images = [], []
@@ -448,7 +448,7 @@ def _split_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
             parts = []
             for part in content:
                 if part.get("type") == "image":
-                    images.append(part["image"])
+                    images.append(part.get("image"))
                     parts.append({"type": "image"})
                 else:
                     parts.append(part)
