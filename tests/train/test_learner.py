@@ -188,3 +188,18 @@ def test_an_unusable_sample_is_skipped_not_fatal(backend, caplog, tmp_path):
     assert "sample s-img skipped: its image cannot be read" in caplog.text
     with pytest.raises(ValueError, match=r"needs at least one usable sample \(1 unusable"):
         learner.step([[out_of_vocab]])
+
+
+def test_full_fine_tuning_learns_too(backend):
+    # every weight trains (no adapter); the tiny model's small random weights need a large Adam step
+    torch.manual_seed(0)
+    learner = Learner(backend, algo="aepo", finetune="full", lr=3e-2)
+    assert backend._peft is None and learner.lr == 3e-2
+    n_params = sum(p.numel() for p in backend.model.parameters())
+    assert sum(p.numel() for p in learner.params) == n_params
+    rewards = []
+    for step in range(12):
+        groups = rollout_groups(backend, prompts(4), 4, ascii_share, max_new_tokens=8, first_group_id=10 * step,
+                                adapter_version=learner.adapter_version)
+        rewards.append(learner.step(groups)["train/reward_mean"])
+    assert np.mean(rewards[-2:]) > np.mean(rewards[:2]) + 0.2, rewards
