@@ -2,14 +2,16 @@
 penalty, on generated screens with a ~1M-parameter random-init Qwen2.5-VL, on a CPU.
 
 Screens (``bench/learning/screens.py``): 224 x 224, a 2 x 2 grid, the target ("the red circle") and one distractor
-that shares its colour or its shape, on a position-coding gradient background. Harder settings (``BenchConfig.grid``
-4, more distractors) did not leave chance level within the SFT budget; see docs/learning-results.md.
+that differs from it in both colour and shape (``--mode differ``, the default; ``--mode share``: it shares one of
+the two), on a position-coding gradient background. Harder settings (``BenchConfig.grid`` 4, more distractors) did
+not leave chance level within the SFT budget; see docs/learning-results.md.
 
 Per seed (see ``bench/learning/run.py``):
 
 1. build the random model (the seed sets its weights and the training screens);
-2. full-weight SFT on ``[{"point_2d": [cx, cy]}]`` answers (InfiGUI-G1 ``no_think``), checked every few steps on
-   200 validation screens, stopped once top-1 accuracy sits in [30%, 60%] (or when its time cap runs out);
+2. full-weight SFT on ``[{"point_2d": [cx, cy]}]`` answers (InfiGUI-G1 ``no_think``, lr warm-up), checked every 25
+   steps on 200 validation screens, stopped once two consecutive checks (after at least 100 steps) sit in
+   [30%, 60%]; if the time cap comes first, the latest in-band checkpoint is kept;
 3. from that checkpoint, each arm (AEPO; GRPO with single answers; AEPO without the collinear penalty) trains on
    the same screens with the same number of sampled responses;
 4. every checkpoint is scored greedily on the same 1,000 held-out screens; the paired bootstrap (10,000
@@ -20,7 +22,7 @@ AEPO update of the Learner against one TRL GRPOTrainer step (``bench/learning/tr
 
 Run from the repository root:
     .venv/bin/python -m bench.learning --quick                 # ~5 min smoke run, one seed
-    .venv/bin/python -m bench.learning --seeds 0 1 2 --minutes-per-seed 30
+    .venv/bin/python -m bench.learning --seeds 0 1 2 --minutes-per-seed 12 --sft-minutes 4 --rl-steps 24  # reported
     .venv/bin/python -m bench.learning --trl
 """
 
@@ -85,6 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rl-steps", type=int, help="override the RL updates per arm")
     ap.add_argument("--sft-minutes", type=float, help="override the SFT time cap")
     ap.add_argument("--rl-lr", type=float)
+    ap.add_argument("--rl-warmup", type=int, help="RL learning-rate warm-up steps")
+    ap.add_argument("--mode", choices=["share", "differ"], help="distractors share colour or shape, or differ in both")
+    ap.add_argument("--distractors", type=int, help="shapes besides the target on each screen")
+    ap.add_argument("--sft-lr", type=float)
+    ap.add_argument("--sft-batch", type=int)
+    ap.add_argument("--sft-warmup", type=int, help="SFT learning-rate warm-up steps")
+    ap.add_argument("--sft-multi", type=float, help="share of SFT answers listing the distractor second")
+    ap.add_argument("--sft-consecutive", type=int, help="consecutive in-band validation checks to stop SFT")
+    ap.add_argument("--sft-eval-every", type=int)
+    ap.add_argument("--sft-min-steps", type=int)
+    ap.add_argument("--val-size", type=int)
+    ap.add_argument("--test-size", type=int)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 leaves the other core free)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--name", default="learning", help="basename of the JSON / PNG files")
@@ -111,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = budget_config(args.minutes_per_seed, args.quick, args.arms)
     overrides = {k: v for k, v in (("rl_steps", args.rl_steps), ("sft_max_minutes", args.sft_minutes),
-                                   ("rl_lr", args.rl_lr)) if v is not None}
+                                   ("rl_lr", args.rl_lr), ("rl_warmup", args.rl_warmup), ("mode", args.mode),
+                                   ("distractors", args.distractors),
+                                   ("sft_lr", args.sft_lr), ("sft_batch", args.sft_batch),
+                                   ("sft_warmup", args.sft_warmup), ("sft_multi", args.sft_multi),
+                                   ("sft_consecutive", args.sft_consecutive), ("sft_eval_every", args.sft_eval_every),
+                                   ("sft_min_steps", args.sft_min_steps), ("val_size", args.val_size),
+                                   ("test_size", args.test_size)) if v is not None}
     cfg = dataclasses.replace(cfg, **overrides)
     if overrides.get("rl_steps"):
         cfg = dataclasses.replace(cfg, rl_eval_every=max(1, cfg.rl_steps // 6))

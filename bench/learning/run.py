@@ -33,7 +33,10 @@ class BenchConfig:
     grid: int = 2
     """Cells per side; shapes sit at cell centres (2: four 112 px cells)."""
     background: str = "gradient"
-    sft_lr: float = 2e-3
+    mode: str = "differ"
+    """"share": a single distractor shares the target's colour or its shape; "differ": distractors differ from the
+    target in both (see ``screens.make_screen``)."""
+    sft_lr: float = 1e-3
     sft_batch: int = 16
     sft_max_minutes: float = 12.0
     """Wall-clock cap of the SFT stage (it stops earlier once validation accuracy is in the band)."""
@@ -42,9 +45,18 @@ class BenchConfig:
     sft_band: tuple[float, float] = (0.30, 0.60)
     """Stop SFT once validation top-1 accuracy is inside this band."""
     sft_jitter: int = 0
+    sft_warmup: int = 20
+    """SFT steps of linear learning-rate warm-up."""
+    sft_multi: float = 0.0
+    """Share of SFT answers that list the distractor as a second point after the target."""
+    sft_consecutive: int = 2
+    """Consecutive validation checks inside the band needed to stop SFT."""
+    sft_min_steps: int = 100
+    """No stopping before this many SFT steps."""
     """Max px the SFT answer point moves from the target centre (inside the box)."""
-    rl_lr: float = 1e-4
+    rl_lr: float = 5e-4
     rl_steps: int = 60
+    rl_warmup: int = 2
     """Updates per RL arm; the sample budget is rl_steps x prompts_per_step x group_size, equal for every arm."""
     prompts_per_step: int = 8
     group_size: int = 8
@@ -95,18 +107,22 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
     model_dir = build_model(work / f"model-seed{seed}", seed)
     backend = TransformersBackend(model_dir, preset=PRESET, dtype="float32")
     out = SeedResult(seed, parameters=count_parameters(backend.model))
-    look = (cfg.distractors, cfg.background, cfg.grid)
+    look = (cfg.distractors, cfg.background, cfg.grid, cfg.mode)
     val = [to_prompt(s, {"set": "val", "i": i}) for i, s in enumerate(screens(VAL_SEED, cfg.val_size, *look))]
     test = [to_prompt(s, {"set": "test", "i": i}) for i, s in enumerate(screens(TEST_SEED, cfg.test_size, *look))]
 
     # -- SFT until validation accuracy is in the band -------------------------------------------------------
     sft = SupervisedLearner(backend, finetune="full", lr=cfg.sft_lr)
     rng = np.random.default_rng([seed, 1])
-    curve, t0, step, val_acc, stop = [], time.perf_counter(), 0, 0.0, "time"
+    curve, t0, step, val_acc, stop, in_band = [], time.perf_counter(), 0, 0.0, "time", 0
+    last_in_band = None
     lo, hi = cfg.sft_band
     while time.perf_counter() - t0 < cfg.sft_max_minutes * 60:
-        batch = [make_screen(rng, cfg.distractors, cfg.background, cfg.grid) for _ in range(cfg.sft_batch)]
-        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter))
+        batch = [make_screen(rng, *look) for _ in range(cfg.sft_batch)]
+        if cfg.sft_warmup:
+            for g in sft.optimizer.param_groups:
+                g["lr"] = cfg.sft_lr * min(1.0, (step + 1) / cfg.sft_warmup)
+        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter, cfg.sft_multi))
                       for s in batch])
         step += 1
         if step % cfg.sft_eval_every == 0:
@@ -115,12 +131,21 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
                           "val_accuracy": val_acc, "val_answers_per_sample": aps,
                           "seconds": time.perf_counter() - t0})
             log.info("seed %d SFT step %d loss %.3f val acc %.3f", seed, step, m["sft/loss"], val_acc)
-            if lo <= val_acc <= hi:
+            in_band = in_band + 1 if lo <= val_acc <= hi else 0
+            if in_band:  # the latest in-band checkpoint: the fallback when the time cap comes first
+                last_in_band = (step, val_acc, {k: v.detach().clone() for k, v in backend.model.state_dict().items()})
+            if step < cfg.sft_min_steps:
+                continue
+            if in_band >= cfg.sft_consecutive:
                 stop = "band"
                 break
             if val_acc > hi:
                 stop = "above band"
                 break
+    if stop == "time" and last_in_band is not None:  # time cap first: go back to the latest in-band check
+        step, val_acc, state = last_in_band
+        backend.model.load_state_dict(state)
+        stop = "time, latest in-band checkpoint"
     sft_state = {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
     acc, sft_correct, aps = _evaluate(backend, test, cfg)
     out.sft = {"steps": step, "examples": step * cfg.sft_batch, "stop": stop, "val_accuracy": val_acc,
@@ -134,13 +159,14 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
         algo, reward_fn = rewards.ARMS[arm]
         backend.model.load_state_dict(sft_state)
         torch.manual_seed(seed)
-        learner = Learner(backend, algo=algo, finetune="full", lr=cfg.rl_lr, seed=seed)
+        learner = Learner(backend, algo=algo, finetune="full", lr=cfg.rl_lr, seed=seed,
+                          warmup_steps=cfg.rl_warmup)
         arm_rng = np.random.default_rng([seed, 2])  # every arm trains on the same screens
         t_arm = time.perf_counter()
         v_acc, _, v_aps = _evaluate(backend, val, cfg)
         curve = [{"step": 0, "samples": 0, "val_accuracy": v_acc, "val_answers_per_sample": v_aps}]
         for k in range(1, cfg.rl_steps + 1):
-            prompts = [to_prompt(make_screen(arm_rng, cfg.distractors, cfg.background, cfg.grid))
+            prompts = [to_prompt(make_screen(arm_rng, *look))
                        for _ in range(cfg.prompts_per_step)]
             groups = rollout_groups(backend, prompts, cfg.group_size, reward_fn, max_new_tokens=cfg.max_new_tokens,
                                     first_group_id=k * cfg.prompts_per_step, adapter_version=learner.adapter_version)

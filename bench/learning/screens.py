@@ -84,8 +84,11 @@ def _draw(img: np.ndarray, colour: tuple[int, int, int], shape: str, cx: int, cy
 
 
 def make_screen(rng: np.random.Generator, distractors: int = 1, background: str = "gradient",
-                grid: int = 2) -> Screen:
-    """One screen (see the module docstring)."""
+                grid: int = 2, mode: str = "share") -> Screen:
+    """One screen (see the module docstring). ``mode="differ"``: every distractor differs from the target in both
+    colour and shape (the colour word alone then names the target)."""
+    if mode not in ("share", "differ"):
+        raise ValueError(f"mode must be 'share' or 'differ', got {mode!r}")
     if grid not in (2, 4, 8):
         raise ValueError(f"grid must be 2, 4 or 8 (cells a multiple of 28 px), got {grid}")
     if not 0 <= distractors < grid * grid:
@@ -96,12 +99,15 @@ def make_screen(rng: np.random.Generator, distractors: int = 1, background: str 
     same_colour = (target[0], _pick(rng, [s for s in SHAPES if s != target[1]]))
     same_shape = (_pick(rng, [c for c in colours if c != target[0]]), target[1])
     others: list[tuple[str, str]] = []
-    if distractors == 1:
+    if mode == "differ":
+        combos = [(c, s) for c in colours for s in SHAPES if c != target[0] and s != target[1]]
+        others = [combos[i] for i in rng.choice(len(combos), size=distractors, replace=False)]
+    elif distractors == 1:
         others.append(same_colour if rng.integers(2) else same_shape)
     elif distractors >= 2:
         others += [same_colour, same_shape]
     combos = [(c, s) for c in colours for s in SHAPES if (c, s) != target]
-    while len(others) < distractors:
+    while mode == "share" and len(others) < distractors:
         others.append(combos[rng.integers(len(combos))])
     cells = rng.permutation(grid * grid)[: distractors + 1]
     img = _background(background)
@@ -130,16 +136,23 @@ def to_prompt(screen: Screen, origin: dict | None = None) -> RolloutPrompt:
                          origin={"instruction": screen.instruction, **(origin or {})})
 
 
-def target_text(screen: Screen, rng: np.random.Generator | None = None, jitter: int = 0) -> str:
-    """The SFT answer: one point at the target's centre (moved by up to ``jitter`` px, staying in the box)."""
+def target_text(screen: Screen, rng: np.random.Generator | None = None, jitter: int = 0,
+                multi: float = 0.0) -> str:
+    """The SFT answer: one point at the target's centre (moved by up to ``jitter`` px, staying in the box); with
+    probability ``multi`` the first distractor's centre follows as a second point (target first), so answers of
+    two points are in the policy's support before RL."""
     cx, cy = screen.centre
     if jitter and rng is not None:
         x1, y1, x2, y2 = screen.box
         cx = int(np.clip(cx + rng.integers(-jitter, jitter + 1), x1, x2))
         cy = int(np.clip(cy + rng.integers(-jitter, jitter + 1), y1, y2))
-    return json.dumps([{"point_2d": [int(cx), int(cy)]}])
+    points = [{"point_2d": [int(cx), int(cy)]}]
+    if multi and rng is not None and len(screen.objects) > 1 and rng.random() < multi:
+        points.append({"point_2d": [int(screen.objects[1][2]), int(screen.objects[1][3])]})
+    return json.dumps(points)
 
 
-def screens(seed: int, count: int, distractors: int = 1, background: str = "gradient", grid: int = 2) -> list[Screen]:
+def screens(seed: int, count: int, distractors: int = 1, background: str = "gradient", grid: int = 2,
+            mode: str = "share") -> list[Screen]:
     rng = np.random.default_rng(seed)
-    return [make_screen(rng, distractors, background, grid) for _ in range(count)]
+    return [make_screen(rng, distractors, background, grid, mode) for _ in range(count)]
