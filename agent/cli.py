@@ -742,8 +742,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except (CheckpointError, PromptSourceError, PolicyError, ValueError, FileNotFoundError) as e:
         return _error(str(e).strip("'\""))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: the newest checkpoint in "
-                      f"{config.train.run_dir}/checkpoints resumes this run (--resume)")
+        console.print("[yellow]interrupted[/]: a checkpoint of the last finished update is in "
+                      f"{config.train.run_dir}/checkpoints; --resume continues the run from it")
         return 130
     acc = "n/a" if result.final_accuracy is None else f"{result.final_accuracy:.1%}"
     best = "" if result.best_accuracy is None else f" (best {result.best_accuracy:.1%} at step {result.best_step})"

@@ -27,7 +27,7 @@ class RunConfig:
     run_dir: str = "runs/train"
     """Folder of this run: metrics.jsonl, tb/, curves.png, checkpoints/, the final adapter."""
     steps: int = 100
-    """Updates to run (RL: one batch of groups each; SFT / RFT: one batch of examples each)."""
+    """Updates to run (RL: one batch of groups each; SFT / RFT: one batch of examples each). A batch with nothing to learn from (every group filtered out or with equal rewards) still counts as one, reported in train/skipped_batches."""
     seed: int = 0
     """Seeds data order, sampling and initialisation."""
     resume: str = ""

@@ -317,6 +317,12 @@ class Trainer:
                     if stop:
                         result.stopped_early = True
                         break
+        except KeyboardInterrupt:
+            # Ctrl-C: keep what the finished updates learned; --resume continues from here
+            if self.step and (latest_checkpoint(self.run_dir) is None
+                              or latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
+                self._checkpoint()
+            raise
         finally:
             if logger is not None:
                 logger.close()

@@ -225,3 +225,21 @@ def test_stages_chain_through_the_adapter_folder(tmp_path, data_file):
     before, after = load_file(sft.output / "adapter_model.safetensors"), load_file(rl.output / "adapter_model.safetensors")
     assert before.keys() == after.keys()  # the RL stage trained the SFT adapter further, not a new one
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_ctrl_c_checkpoints_the_last_finished_update(tmp_path, data_file):
+    cfg = config(tmp_path / "int", data_file, "train.steps=5", "checkpoint.every=0", "filter.drop_all_correct=false")
+    backend = build_backend(cfg)
+    data = build_data(cfg, backend.preset)
+    trainer = Trainer(cfg, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=ascii_reward)
+
+    def interrupt_after_two(step: int, metrics: dict) -> None:
+        if step == 2:
+            raise KeyboardInterrupt
+
+    trainer.on_update.append(interrupt_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    from train.checkpoint import latest_checkpoint
+
+    assert latest_checkpoint(tmp_path / "int").name == "step-000002"
