@@ -78,6 +78,35 @@ def print_table(data: dict) -> None:
     print("answers = points per sampled response at the arm's last training step (SFT: per greedy test answer)")
 
 
+def merge_runs(paths: list[Path]) -> dict:
+    """One result from several runs' JSON (e.g. one seed per process, run side by side): the configs must be equal
+    and the seeds distinct; the summary is recomputed over all seeds."""
+    from bench.learning.run import BenchConfig, SeedResult, summarize
+
+    runs = []
+    for path in paths:
+        try:
+            runs.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--merge: cannot read {path}: {exc}") from None
+    config = runs[0]["config"]
+    for path, run in zip(paths[1:], runs[1:]):
+        if run["config"] != config:
+            diff = sorted(k for k in set(config) | set(run["config"]) if config.get(k) != run["config"].get(k))
+            raise SystemExit(f"--merge: {path} was run with a different config ({', '.join(diff)}) from {paths[0]}")
+    seeds = [s for run in runs for s in run["seeds"]]
+    numbers = [s["seed"] for s in seeds]
+    if len(set(numbers)) != len(numbers):
+        raise SystemExit(f"--merge: seed listed twice among {numbers}; merge runs of distinct seeds")
+    seeds.sort(key=lambda s: s["seed"])
+    cfg_fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    cfg = BenchConfig(**cfg_fields)
+    results = [SeedResult(**s) for s in seeds]
+    return {"config": config, "seeds": seeds, "summary": summarize(results, cfg),
+            "run": {"merged_from": [{"path": str(p), **run.get("run", {})} for p, run in zip(paths, runs)],
+                    "seconds": max(run.get("run", {}).get("seconds", 0.0) for run in runs)}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -103,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--name", default="learning", help="basename of the JSON / PNG files")
     ap.add_argument("--trl", action="store_true", help="compare one AEPO update with one TRL GRPOTrainer step")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                    help="combine the JSON of runs made side by side (one seed each, same config) into one "
+                         "<out>/<name>.json and curves PNG; runs nothing")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         handlers=[logging.StreamHandler(sys.stderr)])
@@ -113,6 +145,16 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        data = merge_runs(args.merge)
+        json_path, png_path = args.out / f"{args.name}.json", args.out / f"{args.name}_curves.png"
+        from bench.learning.plots import plot_curves
+
+        json_path.write_text(json.dumps(data, indent=2) + "\n")
+        plot_curves(data, png_path)
+        print_table(data)
+        print(f"\nwrote {json_path} and {png_path}")
+        return 0
     if args.trl:
         from bench.learning.trl_compare import compare
 
