@@ -89,18 +89,26 @@ def merge_runs(paths: list[Path]) -> dict:
             runs.append(json.loads(Path(path).read_text()))
         except (OSError, ValueError) as exc:
             raise SystemExit(f"--merge: cannot read {path}: {exc}") from None
-    config = runs[0]["config"]
-    for path, run in zip(paths[1:], runs[1:]):
-        if run["config"] != config:
-            diff = sorted(k for k in set(config) | set(run["config"]) if config.get(k) != run["config"].get(k))
+
+    def normal(config: dict) -> dict:  # fields added since a run was made take their defaults
+        return dataclasses.asdict(BenchConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                                 for k, v in config.items()}))
+
+    try:
+        configs = [normal(run["config"]) for run in runs]
+    except (KeyError, TypeError) as exc:
+        raise SystemExit(f"--merge: not a bench.learning result ({exc})") from None
+    config = configs[0]
+    for path, other in zip(paths[1:], configs[1:]):
+        if other != config:
+            diff = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
             raise SystemExit(f"--merge: {path} was run with a different config ({', '.join(diff)}) from {paths[0]}")
     seeds = [s for run in runs for s in run["seeds"]]
     numbers = [s["seed"] for s in seeds]
     if len(set(numbers)) != len(numbers):
         raise SystemExit(f"--merge: seed listed twice among {numbers}; merge runs of distinct seeds")
     seeds.sort(key=lambda s: s["seed"])
-    cfg_fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-    cfg = BenchConfig(**cfg_fields)
+    cfg = BenchConfig(**config)
     results = [SeedResult(**s) for s in seeds]
     return {"config": config, "seeds": seeds, "summary": summarize(results, cfg),
             "run": {"merged_from": [{"path": str(p), **run.get("run", {})} for p, run in zip(paths, runs)],
@@ -115,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", choices=["aepo", "grpo", "aepo_no_collinear"])
     ap.add_argument("--rl-steps", type=int, help="override the RL updates per arm")
     ap.add_argument("--sft-minutes", type=float, help="override the SFT time cap")
+    ap.add_argument("--sft-max-steps", type=int, help="SFT step cap (0: none); with a generous --sft-minutes the "
+                    "SFT stop no longer depends on the machine's load")
     ap.add_argument("--rl-lr", type=float)
     ap.add_argument("--rl-warmup", type=int, help="RL learning-rate warm-up steps")
     ap.add_argument("--mode", choices=["share", "differ"], help="distractors share colour or shape, or differ in both")
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = budget_config(args.minutes_per_seed, args.quick, args.arms)
     overrides = {k: v for k, v in (("rl_steps", args.rl_steps), ("sft_max_minutes", args.sft_minutes),
+                                   ("sft_max_steps", args.sft_max_steps),
                                    ("rl_lr", args.rl_lr), ("rl_warmup", args.rl_warmup), ("mode", args.mode),
                                    ("distractors", args.distractors),
                                    ("sft_lr", args.sft_lr), ("sft_batch", args.sft_batch),

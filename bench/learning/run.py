@@ -39,7 +39,11 @@ class BenchConfig:
     sft_lr: float = 1e-3
     sft_batch: int = 16
     sft_max_minutes: float = 12.0
-    """Wall-clock cap of the SFT stage (it stops earlier once validation accuracy is in the band)."""
+    """Wall-clock cap of the SFT stage (it stops earlier once validation accuracy is in the band). Under CPU
+    contention it fires earlier in steps: give ``sft_max_steps`` and a generous time cap for a run that does not
+    depend on the machine's load."""
+    sft_max_steps: int = 0
+    """Step cap of the SFT stage (0: none); the same fallback to the latest in-band checkpoint as the time cap."""
     sft_eval_every: int = 25
     """SFT steps between validation checks."""
     sft_band: tuple[float, float] = (0.30, 0.60)
@@ -118,6 +122,9 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
     last_in_band = None
     lo, hi = cfg.sft_band
     while time.perf_counter() - t0 < cfg.sft_max_minutes * 60:
+        if cfg.sft_max_steps and step >= cfg.sft_max_steps:
+            stop = "steps"
+            break
         batch = [make_screen(rng, *look) for _ in range(cfg.sft_batch)]
         if cfg.sft_warmup:
             for g in sft.optimizer.param_groups:
@@ -142,10 +149,10 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
             if val_acc > hi:
                 stop = "above band"
                 break
-    if stop == "time" and last_in_band is not None:  # time cap first: go back to the latest in-band check
+    if stop in ("time", "steps") and last_in_band is not None:  # a cap came first: the latest in-band check
         step, val_acc, state = last_in_band
         backend.model.load_state_dict(state)
-        stop = "time, latest in-band checkpoint"
+        stop = f"{stop}, latest in-band checkpoint"
     sft_state = {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
     acc, sft_correct, aps = _evaluate(backend, test, cfg)
     out.sft = {"steps": step, "examples": step * cfg.sft_batch, "stop": stop, "val_accuracy": val_acc,
