@@ -1,0 +1,94 @@
+"""The learning benchmark's own logic: its arm rewards against hand-worked values, and merging runs made side by
+side (the benchmark itself is not run here: it takes ~40 minutes per seed)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench.learning import rewards
+from bench.learning.__main__ import merge_runs
+from bench.learning.run import BenchConfig
+from train.learner import RolloutPrompt
+
+BOX = (40, 40, 72, 72)  # a target centred at (56, 56), radius 16
+
+
+def _prompt() -> RolloutPrompt:
+    return RolloutPrompt([], None, (224, 224), target=BOX)
+
+
+def _points(*pts: tuple[int, int]) -> str:
+    return json.dumps([{"point_2d": list(p)} for p in pts])
+
+
+def test_arm_rewards_hand_worked():
+    p = _prompt()
+    # single hit: 1 + 1/sqrt(1*1) = 2 under both AEPO arms; GRPO: 0.2 format + 0.8 hit = 1.0
+    assert rewards.aepo(p, _points((56, 56))).total == 2.0
+    assert rewards.aepo_no_collinear(p, _points((56, 56))).total == 2.0
+    assert rewards.grpo_single(p, _points((56, 56))).total == pytest.approx(1.0)
+    # two points, hit at rank 2: 1 + 1/sqrt(2*2) = 1.5; GRPO: not a single answer, first point misses -> 0
+    two = _points((168, 168), (56, 56))
+    assert rewards.aepo(p, two).total == pytest.approx(1.5)
+    assert rewards.grpo_single(p, two).total == 0.0
+    # the same point three times is collinear: -1 with the penalty; without it a hit at rank 1 of 3 scores
+    # 1 + 1/sqrt(3) = 1.57735 and a miss 1 - 1/3
+    rep_hit, rep_miss = _points((56, 56), (56, 56), (56, 56)), _points((168, 56), (168, 56), (168, 56))
+    assert rewards.aepo(p, rep_hit).total == -1.0
+    assert rewards.aepo_no_collinear(p, rep_hit).total == pytest.approx(1 + 1 / math.sqrt(3))
+    assert rewards.aepo_no_collinear(p, rep_miss).total == pytest.approx(2 / 3)
+    # a row of three distinct points, hit at rank 2: 1 + 1/sqrt(6) without the penalty
+    row = _points((168, 56), (56, 56), (112, 56))
+    assert rewards.aepo(p, row).info["is_collinear"]
+    assert rewards.aepo_no_collinear(p, row).total == pytest.approx(1 + 1 / math.sqrt(6))
+    # three points at 2 x 2 cell centres are never collinear: both arms agree (hit at rank 3: 1 + 1/3)
+    corners = _points((168, 56), (168, 168), (56, 56))
+    assert rewards.aepo(p, corners).total == rewards.aepo_no_collinear(p, corners).total == pytest.approx(4 / 3)
+    # the held-out metric looks at the first point only
+    assert rewards.top1_hit(p, _points((56, 56), (168, 168)))
+    assert not rewards.top1_hit(p, two)
+    assert rewards.answers_per_sample([two, "not json", _points((1, 1))]) == 1.5
+
+
+def _result(seed: int, sft: float, aepo: float, lo: float, **config) -> dict:
+    cfg = {"arms": ["aepo"], "rl_steps": 2, **config}
+    curve = [{"step": 1, "samples": 64, "answers_per_sample": 1.0}]
+    return {"config": cfg,
+            "seeds": [{"seed": seed, "parameters": 10, "seconds": 1.0,
+                       "sft": {"test_accuracy": sft, "steps": 1, "examples": 16, "test_answers_per_sample": 1.0},
+                       "arms": {"aepo": {"test_accuracy": aepo, "delta_vs_sft": aepo - sft,
+                                         "delta_ci95": [lo, lo + 0.05], "samples": 128, "curve": curve}}}],
+            "run": {"seconds": 10.0 * seed}}
+
+
+def test_merge_recomputes_the_summary_over_all_seeds(tmp_path):
+    paths = []
+    for seed, (sft, aepo, lo) in {2: (0.3, 0.4, 0.05), 0: (0.4, 0.45, 0.01), 1: (0.5, 0.5, -0.02)}.items():
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps(_result(seed, sft, aepo, lo)))
+        paths.append(path)
+    data = merge_runs(paths)
+    assert [s["seed"] for s in data["seeds"]] == [0, 1, 2]
+    assert data["summary"]["sft"]["mean"] == pytest.approx(0.4)
+    assert data["summary"]["aepo"]["delta_vs_sft"]["mean"] == pytest.approx((0.1 + 0.05 + 0.0) / 3)
+    assert data["summary"]["aepo"]["seeds_ci_excludes_0_positive"] == 2
+    assert data["config"]["rl_steps"] == 2 and data["config"]["sft_max_steps"] == BenchConfig.sft_max_steps
+    assert data["run"]["seconds"] == 20.0 and len(data["run"]["merged_from"]) == 3
+
+
+def test_merge_refuses_mixed_configs_and_repeated_seeds(tmp_path):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(_result(0, 0.4, 0.5, 0.0)))
+    b.write_text(json.dumps(_result(1, 0.4, 0.5, 0.0, rl_lr=5e-4)))
+    c.write_text(json.dumps(_result(0, 0.4, 0.5, 0.0)))
+    with pytest.raises(SystemExit, match=r"different config \(rl_lr\)"):
+        merge_runs([a, b])
+    with pytest.raises(SystemExit, match="seed listed twice"):
+        merge_runs([a, c])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(SystemExit, match="cannot read .*bad.json"):
+        merge_runs([a, bad])
