@@ -4,7 +4,7 @@ penalty, on generated screens with a ~1M-parameter random-init Qwen2.5-VL, on a 
 Screens (``bench/learning/screens.py``): 224 x 224, a 2 x 2 grid, the target ("the red circle") and one distractor
 that differs from it in both colour and shape (``--mode differ``, the default; ``--mode share``: it shares one of
 the two), on a position-coding gradient background. Harder settings (``BenchConfig.grid`` 4, more distractors) did
-not leave chance level within the SFT budget; see docs/learning-results.md.
+not leave chance level within the SFT budget; see docs/benchmarks.md, section bench/learning.
 
 Per seed (see ``bench/learning/run.py``):
 
@@ -22,7 +22,8 @@ AEPO update of the Learner against one TRL GRPOTrainer step (``bench/learning/tr
 
 Run from the repository root:
     .venv/bin/python -m bench.learning --quick                 # ~5 min smoke run, one seed
-    .venv/bin/python -m bench.learning --seeds 0 1 2 --minutes-per-seed 12 --sft-minutes 4 --rl-steps 24  # reported
+    .venv/bin/python -m bench.learning --seeds 0          # one seed of the reported setting (~40 min alone)
+    .venv/bin/python -m bench.learning --merge a.json b.json c.json  # seeds run side by side -> one result
     .venv/bin/python -m bench.learning --trl
 """
 
@@ -45,14 +46,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 DEFAULT_OUT = Path("bench/results/learning")
 
 
-def budget_config(minutes: float, quick: bool, arms: list[str] | None):
-    """A config whose stages fit ``minutes`` per seed on a 2-core CPU (measured: an SFT step of 16 examples
-    ~0.6 s, an RL step of 8 prompts x 8 samples ~3 s, 200 greedy validation screens ~4 s, 1,000 test ~20 s)."""
+def budget_config(minutes: float | None, quick: bool, arms: list[str] | None):
+    """The reported setting (``BenchConfig``'s defaults), the quick smoke run, or a config whose stages fit
+    ``minutes`` per seed on a 2-core CPU (measured: an SFT step of 16 examples ~0.6 s, an RL step of 8 prompts x
+    8 samples ~3 s, 200 greedy validation screens ~4 s, 1,000 test ~20 s)."""
     from bench.learning.run import BenchConfig
 
     if quick:
         cfg = BenchConfig(sft_max_minutes=1.5, sft_eval_every=25, rl_steps=6, rl_eval_every=3, val_size=100,
                           test_size=200, bootstrap=2000)
+    elif minutes is None:
+        cfg = BenchConfig()
     else:
         # SFT gets ~40% of the time at most; the rest goes to the arms, ~4 s per RL step with evaluation.
         n_arms = len(arms) if arms else 3
@@ -118,7 +122,9 @@ def merge_runs(paths: list[Path]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--minutes-per-seed", type=float, default=30.0)
+    ap.add_argument("--minutes-per-seed", type=float,
+                    help="fit SFT and the arms into this many minutes per seed (default: the reported setting, "
+                         "~40 min per seed with three arms)")
     ap.add_argument("--quick", action="store_true", help="~5 minute smoke run (small budgets, 200 test screens)")
     ap.add_argument("--arms", nargs="+", choices=["aepo", "grpo", "aepo_no_collinear"])
     ap.add_argument("--rl-steps", type=int, help="override the RL updates per arm")

@@ -38,7 +38,7 @@ class BenchConfig:
     target in both (see ``screens.make_screen``)."""
     sft_lr: float = 1e-3
     sft_batch: int = 16
-    sft_max_minutes: float = 12.0
+    sft_max_minutes: float = 4.0
     """Wall-clock cap of the SFT stage (it stops earlier once validation accuracy is in the band). Under CPU
     contention it fires earlier in steps: give ``sft_max_steps`` and a generous time cap for a run that does not
     depend on the machine's load."""
@@ -64,7 +64,7 @@ class BenchConfig:
     """Updates per RL arm; the sample budget is rl_steps x prompts_per_step x group_size, equal for every arm."""
     prompts_per_step: int = 8
     group_size: int = 8
-    rl_eval_every: int = 15
+    rl_eval_every: int = 20
     max_new_tokens: int = 128
     """Sampling and greedy cap: one point is ~25 byte tokens, so 128 leaves room for ~5 points."""
     val_size: int = 200
