@@ -82,9 +82,14 @@ def print_table(data: dict) -> None:
     print("answers = points per sampled response at the arm's last training step (SFT: per greedy test answer)")
 
 
+SFT_CAPS = ("sft_max_minutes", "sft_max_steps")
+
+
 def merge_runs(paths: list[Path]) -> dict:
     """One result from several runs' JSON (e.g. one seed per process, run side by side): the configs must be equal
-    and the seeds distinct; the summary is recomputed over all seeds."""
+    and the seeds distinct; the summary is recomputed over all seeds. The SFT caps (``SFT_CAPS``) may differ only
+    if every seed's SFT stopped on the validation band, i.e. no cap decided the start; the merged config then lists
+    them per seed."""
     from bench.learning.run import BenchConfig, SeedResult, summarize
 
     runs = []
@@ -103,10 +108,18 @@ def merge_runs(paths: list[Path]) -> dict:
     except (KeyError, TypeError) as exc:
         raise SystemExit(f"--merge: not a bench.learning result ({exc})") from None
     config = configs[0]
+    caps_differ = False
     for path, other in zip(paths[1:], configs[1:]):
-        if other != config:
-            diff = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
+        diff = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
+        if set(diff) - set(SFT_CAPS):
             raise SystemExit(f"--merge: {path} was run with a different config ({', '.join(diff)}) from {paths[0]}")
+        caps_differ = caps_differ or bool(diff)
+    if caps_differ:  # the SFT caps may differ only where no cap decided where SFT stopped
+        capped = [(str(p), s["seed"], s["sft"].get("stop", "")) for p, run in zip(paths, runs) for s in run["seeds"]
+                  if not str(s["sft"].get("stop", "")).startswith(("band", "above band"))]
+        if capped:
+            raise SystemExit(f"--merge: the runs differ in their SFT caps ({', '.join(SFT_CAPS)}) and these seeds' "
+                             f"SFT was stopped by a cap, so the caps shaped the result: {capped}")
     seeds = [s for run in runs for s in run["seeds"]]
     numbers = [s["seed"] for s in seeds]
     if len(set(numbers)) != len(numbers):
@@ -114,6 +127,10 @@ def merge_runs(paths: list[Path]) -> dict:
     seeds.sort(key=lambda s: s["seed"])
     cfg = BenchConfig(**config)
     results = [SeedResult(**s) for s in seeds]
+    if caps_differ:
+        config = {**config, **{k: None for k in SFT_CAPS},
+                  "sft_caps_per_seed": {str(s["seed"]): {k: c[k] for k in SFT_CAPS}
+                                        for run, c in zip(runs, configs) for s in run["seeds"]}}
     return {"config": config, "seeds": seeds, "summary": summarize(results, cfg),
             "run": {"merged_from": [{"path": str(p), **run.get("run", {})} for p, run in zip(paths, runs)],
                     "seconds": max(run.get("run", {}).get("seconds", 0.0) for run in runs)}}

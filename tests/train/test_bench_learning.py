@@ -53,12 +53,12 @@ def test_arm_rewards_hand_worked():
     assert rewards.answers_per_sample([two, "not json", _points((1, 1))]) == 1.5
 
 
-def _result(seed: int, sft: float, aepo: float, lo: float, **config) -> dict:
+def _result(seed: int, sft: float, aepo: float, lo: float, stop: str = "band", **config) -> dict:
     cfg = {"arms": ["aepo"], "rl_steps": 2, **config}
     curve = [{"step": 1, "samples": 64, "answers_per_sample": 1.0}]
     return {"config": cfg,
             "seeds": [{"seed": seed, "parameters": 10, "seconds": 1.0,
-                       "sft": {"test_accuracy": sft, "steps": 1, "examples": 16, "test_answers_per_sample": 1.0},
+                       "sft": {"test_accuracy": sft, "steps": 1, "stop": stop, "examples": 16, "test_answers_per_sample": 1.0},
                        "arms": {"aepo": {"test_accuracy": aepo, "delta_vs_sft": aepo - sft,
                                          "delta_ci95": [lo, lo + 0.05], "samples": 128, "curve": curve}}}],
             "run": {"seconds": 10.0 * seed}}
@@ -92,3 +92,16 @@ def test_merge_refuses_mixed_configs_and_repeated_seeds(tmp_path):
     bad.write_text("{")
     with pytest.raises(SystemExit, match="cannot read .*bad.json"):
         merge_runs([a, bad])
+
+
+def test_merge_allows_other_sft_caps_only_where_no_cap_fired(tmp_path):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(_result(0, 0.4, 0.5, 0.0, sft_max_minutes=4.0)))
+    b.write_text(json.dumps(_result(1, 0.4, 0.5, 0.0, sft_max_minutes=15.0, sft_max_steps=400)))
+    c.write_text(json.dumps(_result(2, 0.4, 0.5, 0.0, stop="time, latest in-band checkpoint", sft_max_minutes=4.0)))
+    data = merge_runs([a, b])
+    assert data["config"]["sft_caps_per_seed"] == {"0": {"sft_max_minutes": 4.0, "sft_max_steps": 0},
+                                                   "1": {"sft_max_minutes": 15.0, "sft_max_steps": 400}}
+    assert data["config"]["sft_max_minutes"] is None
+    with pytest.raises(SystemExit, match=r"stopped by a cap.*'time, latest in-band checkpoint'"):
+        merge_runs([b, c])
