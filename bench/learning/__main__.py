@@ -86,10 +86,16 @@ SFT_CAPS = ("sft_max_minutes", "sft_max_steps")
 
 
 def merge_runs(paths: list[Path]) -> dict:
-    """One result from several runs' JSON (e.g. one seed per process, run side by side): the configs must be equal
-    and the seeds distinct; the summary is recomputed over all seeds. The SFT caps (``SFT_CAPS``) may differ only
-    if every seed's SFT stopped on the validation band, i.e. no cap decided the start; the merged config then lists
-    them per seed."""
+    """One result from several runs' JSON, e.g. one seed per process run side by side, or a further arm run later
+    from the same SFT start. The configs must be equal except for:
+
+    - ``arms``: the merged result has the union; a seed found in several runs must have the same SFT result in each
+      (the same start) and no arm twice;
+    - the SFT caps (``SFT_CAPS``): only if every seed's SFT stopped on the validation band, i.e. no cap decided the
+      start; the merged config then lists them per seed.
+
+    The summary is recomputed (per arm, over the seeds that ran it)."""
+    from bench.learning.rewards import ARMS
     from bench.learning.run import BenchConfig, SeedResult, summarize
 
     runs = []
@@ -111,21 +117,41 @@ def merge_runs(paths: list[Path]) -> dict:
     caps_differ = False
     for path, other in zip(paths[1:], configs[1:]):
         diff = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
-        if set(diff) - set(SFT_CAPS):
+        if set(diff) - set(SFT_CAPS) - {"arms"}:
             raise SystemExit(f"--merge: {path} was run with a different config ({', '.join(diff)}) from {paths[0]}")
-        caps_differ = caps_differ or bool(diff)
+        caps_differ = caps_differ or bool(set(diff) & set(SFT_CAPS))
     if caps_differ:  # the SFT caps may differ only where no cap decided where SFT stopped
         capped = [(str(p), s["seed"], s["sft"].get("stop", "")) for p, run in zip(paths, runs) for s in run["seeds"]
                   if not str(s["sft"].get("stop", "")).startswith(("band", "above band"))]
         if capped:
             raise SystemExit(f"--merge: the runs differ in their SFT caps ({', '.join(SFT_CAPS)}) and these seeds' "
                              f"SFT was stopped by a cap, so the caps shaped the result: {capped}")
-    seeds = [s for run in runs for s in run["seeds"]]
-    numbers = [s["seed"] for s in seeds]
-    if len(set(numbers)) != len(numbers):
-        raise SystemExit(f"--merge: seed listed twice among {numbers}; merge runs of distinct seeds")
-    seeds.sort(key=lambda s: s["seed"])
-    cfg = BenchConfig(**config)
+    merged: dict[int, dict] = {}
+    origin: dict[int, str] = {}
+    for path, run in zip(paths, runs):
+        for seed in run["seeds"]:
+            n = seed["seed"]
+            if n not in merged:
+                merged[n], origin[n] = {**seed, "arms": dict(seed["arms"])}, str(path)
+                continue
+            start = ("steps", "stop", "test_accuracy", "val_accuracy")
+            if any(merged[n]["sft"].get(k) != seed["sft"].get(k) for k in start):
+                here, there = merged[n]["sft"], seed["sft"]
+                what = ", ".join(f"{k}: {here.get(k)} vs {there.get(k)}" for k in start)
+                raise SystemExit(f"--merge: seed {n} has a different SFT result in {path} than in {origin[n]} "
+                                 f"({what}); arms can only be combined from the same start")
+            twice = sorted(set(merged[n]["arms"]) & set(seed["arms"]))
+            if twice:
+                raise SystemExit(f"--merge: seed {n} has arm(s) {', '.join(twice)} in both {origin[n]} and {path}; "
+                                 "merge each arm once")
+            merged[n]["arms"].update(seed["arms"])
+            merged[n]["seconds"] = merged[n].get("seconds", 0.0) + seed.get("seconds", 0.0)
+    arms = tuple(a for a in ARMS if any(a in s["arms"] for s in merged.values()))
+    config = {**config, "arms": list(arms)}
+    seeds = [merged[n] for n in sorted(merged)]
+    for s in seeds:
+        s["arms"] = {a: s["arms"][a] for a in arms if a in s["arms"]}
+    cfg = BenchConfig(**{**config, "arms": arms})
     results = [SeedResult(**s) for s in seeds]
     if caps_differ:
         config = {**config, **{k: None for k in SFT_CAPS},

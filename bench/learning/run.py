@@ -213,11 +213,16 @@ def summarize(results: list[SeedResult], cfg: BenchConfig) -> dict[str, Any]:
 
     summary: dict[str, Any] = {"sft": stats([r.sft["test_accuracy"] for r in results])}
     for arm in cfg.arms:
+        ran = [r for r in results if arm in r.arms]  # a merged result may lack an arm on some seeds
+        if not ran:
+            continue
         summary[arm] = {
-            "test_accuracy": stats([r.arms[arm]["test_accuracy"] for r in results]),
-            "delta_vs_sft": stats([r.arms[arm]["delta_vs_sft"] for r in results]),
-            "answers_per_sample": stats([r.arms[arm]["curve"][-1]["answers_per_sample"] for r in results]),
-            "seeds_ci_excludes_0_positive": sum(r.arms[arm]["delta_ci95"][0] > 0 for r in results),
+            "seeds": [r.seed for r in ran],
+            "test_accuracy": stats([r.arms[arm]["test_accuracy"] for r in ran]),
+            "delta_vs_sft": stats([r.arms[arm]["delta_vs_sft"] for r in ran]),
+            "answers_per_sample": stats([r.arms[arm]["curve"][-1]["answers_per_sample"] for r in ran]),
+            "seeds_ci_excludes_0_positive": sum(r.arms[arm]["delta_ci95"][0] > 0 for r in ran),
+            "seeds_ci_excludes_0_negative": sum(r.arms[arm]["delta_ci95"][1] < 0 for r in ran),
         }
     return summary
 

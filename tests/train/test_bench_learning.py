@@ -86,7 +86,7 @@ def test_merge_refuses_mixed_configs_and_repeated_seeds(tmp_path):
     c.write_text(json.dumps(_result(0, 0.4, 0.5, 0.0)))
     with pytest.raises(SystemExit, match=r"different config \(rl_lr\)"):
         merge_runs([a, b])
-    with pytest.raises(SystemExit, match="seed listed twice"):
+    with pytest.raises(SystemExit, match="seed 0 has arm.s. aepo in both"):
         merge_runs([a, c])
     bad = tmp_path / "bad.json"
     bad.write_text("{")
@@ -105,3 +105,20 @@ def test_merge_allows_other_sft_caps_only_where_no_cap_fired(tmp_path):
     assert data["config"]["sft_max_minutes"] is None
     with pytest.raises(SystemExit, match=r"stopped by a cap.*'time, latest in-band checkpoint'"):
         merge_runs([b, c])
+
+
+def test_merge_combines_arms_run_later_from_the_same_start(tmp_path):
+    first, later, other = tmp_path / "first.json", tmp_path / "later.json", tmp_path / "other.json"
+    first.write_text(json.dumps(_result(0, 0.4, 0.5, 0.02)))
+    run = _result(0, 0.4, 0.45, -0.01, arms=["grpo"])
+    run["seeds"][0]["arms"] = {"grpo": run["seeds"][0]["arms"]["aepo"]}
+    later.write_text(json.dumps(run))
+    data = merge_runs([later, first])
+    assert data["config"]["arms"] == ["aepo", "grpo"]
+    assert list(data["seeds"][0]["arms"]) == ["aepo", "grpo"]
+    assert data["summary"]["grpo"]["delta_vs_sft"]["mean"] == pytest.approx(0.05)
+    assert data["summary"]["aepo"]["seeds_ci_excludes_0_positive"] == 1
+    run["seeds"][0]["sft"]["test_accuracy"] = 0.41  # another SFT start: the arms are not comparable
+    other.write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="seed 0 has a different SFT result"):
+        merge_runs([first, other])
