@@ -68,6 +68,46 @@ def budget_config(minutes: float | None, quick: bool, arms: list[str] | None):
     return cfg
 
 
+def markdown_table(data: dict, window: int = 20) -> str:
+    """The result as a markdown table (what docs/benchmarks.md shows); ``window``: updates averaged at each end of
+    an arm's curve for the sampled (T = 1) hit rate and points per response."""
+    import numpy as np
+
+    def ends(curve: list[dict], key: str) -> str:
+        pts = [p[key] for p in curve if p["step"] > 0]
+        if not pts:
+            return ""
+        first, last = np.nanmean(pts[:window]), np.nanmean(pts[-window:])
+        return f"{first:.2f} -> {last:.2f}"
+
+    rows = ["| seed | checkpoint | SFT steps / RL samples | top-1 | arm - SFT | 95% interval | points per answer "
+            f"| sampled hit rate, first -> last {window} updates | points per sampled response, first -> last "
+            f"{window} | collinear share | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in data["seeds"]:
+        sft = s["sft"]
+        rows.append(f"| {s['seed']} | SFT | {sft['steps']} steps ({sft['examples']:,} examples), stop: {sft['stop']}, "
+                    f"val {sft['val_accuracy']:.3f} | {sft['test_accuracy']:.3f} | | | "
+                    f"{sft['test_answers_per_sample']:.2f} | | | | {sft['seconds']:.0f} |")
+        for arm, a in s["arms"].items():
+            lo, hi = a["delta_ci95"]
+            bold = "**" if lo > 0 else ""
+            collinear = max((p.get("collinear_share", 0.0) for p in a["curve"] if p["step"] > 0), default=0.0)
+            rows.append(f"| {s['seed']} | {arm} | {a['samples']:,} samples | {a['test_accuracy']:.3f} | "
+                        f"{bold}{a['delta_vs_sft']:+.3f}{bold} | {bold}[{lo:+.3f}, {hi:+.3f}]{bold} | "
+                        f"{a['test_answers_per_sample']:.2f} | {ends(a['curve'], 'sample_top1')} | "
+                        f"{ends(a['curve'], 'answers_per_sample')} | max {collinear:.2f} | {a['seconds']:.0f} |")
+    summary = data["summary"]
+    lines = [f"Mean over seeds: SFT {summary['sft']['mean']:.3f}"]
+    for arm, v in summary.items():
+        if arm == "sft":
+            continue
+        lines.append(f"{arm} {v['test_accuracy']['mean']:.3f} (mean delta {v['delta_vs_sft']['mean']:+.3f}; interval "
+                     f"above 0 on {v['seeds_ci_excludes_0_positive']} of {len(v['seeds'])} seeds, below 0 on "
+                     f"{v.get('seeds_ci_excludes_0_negative', 0)})")
+    return "\n".join(rows) + "\n\n" + "; ".join(lines) + ".\n"
+
+
 def print_table(data: dict) -> None:
     seeds = data["seeds"]
     print(f"\n{'seed':>4} {'arm':<18} {'samples':>7} {'top-1':>6} {'vs SFT':>7} {'95% CI':>17} {'answers':>7}")
@@ -211,8 +251,9 @@ def main(argv: list[str] | None = None) -> int:
 
         json_path.write_text(json.dumps(data, indent=2) + "\n")
         plot_curves(data, png_path)
+        (args.out / f"{args.name}.md").write_text(markdown_table(data))
         print_table(data)
-        print(f"\nwrote {json_path} and {png_path}")
+        print(f"\nwrote {json_path}, {png_path} and {args.out / f'{args.name}.md'}")
         return 0
     if args.trl:
         from bench.learning.trl_compare import compare
@@ -252,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                            "cpus": os.cpu_count(), "finished_seeds": len(results), "planned_seeds": args.seeds}
             json_path.write_text(json.dumps(data, indent=2) + "\n")  # after every seed: a crash keeps what ran
             plot_curves(data, png_path)
+            (args.out / f"{args.name}.md").write_text(markdown_table(data))
     print_table(data)
     print(f"\nwrote {json_path} and {png_path}")
     return 0

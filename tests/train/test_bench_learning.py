@@ -9,7 +9,7 @@ import math
 import pytest
 
 from bench.learning import rewards
-from bench.learning.__main__ import merge_runs
+from bench.learning.__main__ import markdown_table, merge_runs
 from bench.learning.run import BenchConfig
 from train.learner import RolloutPrompt
 
@@ -55,12 +55,13 @@ def test_arm_rewards_hand_worked():
 
 def _result(seed: int, sft: float, aepo: float, lo: float, stop: str = "band", **config) -> dict:
     cfg = {"arms": ["aepo"], "rl_steps": 2, **config}
-    curve = [{"step": 1, "samples": 64, "answers_per_sample": 1.0}]
+    curve = [{"step": 1, "samples": 64, "answers_per_sample": 1.0, "sample_top1": 0.25, "collinear_share": 0.0}]
     return {"config": cfg,
             "seeds": [{"seed": seed, "parameters": 10, "seconds": 1.0,
-                       "sft": {"test_accuracy": sft, "steps": 1, "stop": stop, "examples": 16, "test_answers_per_sample": 1.0},
+                       "sft": {"test_accuracy": sft, "steps": 1, "stop": stop, "val_accuracy": sft, "seconds": 1.0, "examples": 16, "test_answers_per_sample": 1.0},
                        "arms": {"aepo": {"test_accuracy": aepo, "delta_vs_sft": aepo - sft,
-                                         "delta_ci95": [lo, lo + 0.05], "samples": 128, "curve": curve}}}],
+                                         "delta_ci95": [lo, lo + 0.05], "samples": 128, "curve": curve,
+                                         "test_answers_per_sample": 1.0, "seconds": 1.0}}}],
             "run": {"seconds": 10.0 * seed}}
 
 
@@ -77,6 +78,10 @@ def test_merge_recomputes_the_summary_over_all_seeds(tmp_path):
     assert data["summary"]["aepo"]["seeds_ci_excludes_0_positive"] == 2
     assert data["config"]["rl_steps"] == 2 and data["config"]["sft_max_steps"] == BenchConfig.sft_max_steps
     assert data["run"]["seconds"] == 20.0 and len(data["run"]["merged_from"]) == 3
+    table = markdown_table(data)
+    assert "| 2 | aepo | 128 samples | 0.400 | **+0.100** | **[+0.050, +0.100]** |" in table  # interval > 0: bold
+    assert "| 1 | aepo | 128 samples | 0.500 | +0.000 | [-0.020, +0.030] |" in table
+    assert "interval above 0 on 2 of 3 seeds, below 0 on 0" in table
 
 
 def test_merge_refuses_mixed_configs_and_repeated_seeds(tmp_path):
