@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sft-lr", type=float)
     ap.add_argument("--sft-batch", type=int)
     ap.add_argument("--sft-warmup", type=int, help="SFT learning-rate warm-up steps")
-    ap.add_argument("--sft-multi", type=float, help="share of SFT answers listing the distractor second")
+    ap.add_argument("--sft-multi", type=float, help="share of SFT answers listing distractors after the target")
+    ap.add_argument("--sft-multi-points", type=int, help="points in such an answer at most (default 2)")
+    ap.add_argument("--grid", type=int, choices=[2, 4, 8], help="cells per side (default 2)")
     ap.add_argument("--sft-consecutive", type=int, help="consecutive in-band validation checks to stop SFT")
     ap.add_argument("--sft-eval-every", type=int)
     ap.add_argument("--sft-min-steps", type=int)
@@ -272,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                                    ("distractors", args.distractors),
                                    ("sft_lr", args.sft_lr), ("sft_batch", args.sft_batch),
                                    ("sft_warmup", args.sft_warmup), ("sft_multi", args.sft_multi),
+                                   ("sft_multi_points", args.sft_multi_points), ("grid", args.grid),
                                    ("sft_consecutive", args.sft_consecutive), ("sft_eval_every", args.sft_eval_every),
                                    ("sft_min_steps", args.sft_min_steps), ("val_size", args.val_size),
                                    ("test_size", args.test_size)) if v is not None}

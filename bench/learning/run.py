@@ -52,7 +52,9 @@ class BenchConfig:
     sft_warmup: int = 20
     """SFT steps of linear learning-rate warm-up."""
     sft_multi: float = 0.0
-    """Share of SFT answers that list the distractor as a second point after the target."""
+    """Share of SFT answers that list distractors after the target."""
+    sft_multi_points: int = 2
+    """Points in such an answer at most: the target, then distractors in drawing order."""
     sft_consecutive: int = 2
     """Consecutive validation checks inside the band needed to stop SFT."""
     sft_min_steps: int = 100
@@ -129,7 +131,7 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
         if cfg.sft_warmup:
             for g in sft.optimizer.param_groups:
                 g["lr"] = cfg.sft_lr * min(1.0, (step + 1) / cfg.sft_warmup)
-        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter, cfg.sft_multi))
+        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter, cfg.sft_multi, cfg.sft_multi_points))
                       for s in batch])
         step += 1
         if step % cfg.sft_eval_every == 0:

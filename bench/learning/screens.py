@@ -137,10 +137,10 @@ def to_prompt(screen: Screen, origin: dict | None = None) -> RolloutPrompt:
 
 
 def target_text(screen: Screen, rng: np.random.Generator | None = None, jitter: int = 0,
-                multi: float = 0.0) -> str:
+                multi: float = 0.0, multi_points: int = 2) -> str:
     """The SFT answer: one point at the target's centre (moved by up to ``jitter`` px, staying in the box); with
-    probability ``multi`` the first distractor's centre follows as a second point (target first), so answers of
-    two points are in the policy's support before RL."""
+    probability ``multi`` distractors' centres follow (target first, ``multi_points`` points at most), so answers
+    of several points are in the policy's support before RL."""
     cx, cy = screen.centre
     if jitter and rng is not None:
         x1, y1, x2, y2 = screen.box
@@ -148,7 +148,7 @@ def target_text(screen: Screen, rng: np.random.Generator | None = None, jitter: 
         cy = int(np.clip(cy + rng.integers(-jitter, jitter + 1), y1, y2))
     points = [{"point_2d": [int(cx), int(cy)]}]
     if multi and rng is not None and len(screen.objects) > 1 and rng.random() < multi:
-        points.append({"point_2d": [int(screen.objects[1][2]), int(screen.objects[1][3])]})
+        points += [{"point_2d": [int(o[2]), int(o[3])]} for o in screen.objects[1:max(1, multi_points)]]
     return json.dumps(points)
 
 
