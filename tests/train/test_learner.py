@@ -203,3 +203,26 @@ def test_full_fine_tuning_learns_too(backend):
                                 adapter_version=learner.adapter_version)
         rewards.append(learner.step(groups)["train/reward_mean"])
     assert np.mean(rewards[-2:]) > np.mean(rewards[:2]) + 0.2, rewards
+
+
+def test_several_passes_and_minibatches_compare_with_the_first_log_probs(backend):
+    # ppo_epochs=2 x minibatches=2: four optimizer steps on one batch. pi_old is fixed before the first pass, so
+    # the later steps see the moved policy against it (ratio away from 1, some clipping), whereas a single update
+    # on fresh samples has ratio 1 throughout (the sampler's log-probs equal the recomputed ones).
+    torch.manual_seed(0)
+    single = Learner(backend, algo="aepo", lr=5e-2, lora_targets=TARGETS)
+    groups = rollout_groups(backend, prompts(4), 4, ascii_share, max_new_tokens=8,
+                            adapter_version=single.adapter_version)
+    m1 = single.step(groups)
+    assert m1["train/optimizer_steps"] == 1
+    assert m1["train/ratio_max"] == pytest.approx(1.0, abs=1e-3) and m1["train/clipfrac"] == 0.0
+
+    several = Learner(backend, algo="aepo", lr=5e-2, lora_targets=TARGETS, ppo_epochs=2, minibatches=2, seed=1)
+    groups = rollout_groups(backend, prompts(4), 4, ascii_share, max_new_tokens=8,
+                            adapter_version=several.adapter_version)
+    m = several.step(groups)
+    assert m["train/optimizer_steps"] == 4 and m["train/step"] == 1
+    assert m["train/ratio_max"] > 1.01, m
+    assert m["train/approx_kl"] > 0
+    with pytest.raises(ValueError, match="ppo_epochs and minibatches must be >= 1"):
+        Learner(backend, algo="aepo", lora_targets=TARGETS, ppo_epochs=0)
