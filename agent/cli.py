@@ -444,12 +444,14 @@ def _execute(cfg: Any, plan: _Plan) -> int:
     options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
     console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
     interrupted = False
+
     async def episode() -> None:
+        stop = _stop_on_ctrl_c()
         try:
             await run_episode(
                 plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
                 checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
-                on_step=lambda step: print_step(console, step),
+                on_step=lambda step: print_step(console, step), stop=stop,
             )
         finally:
             backend = getattr(plan.policy, "backend", None)
@@ -458,13 +460,34 @@ def _execute(cfg: Any, plan: _Plan) -> int:
 
     try:
         asyncio.run(episode())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     record = writer.record
     print_summary(console, record, writer.path)
     if interrupted or record.outcome is Outcome.INTERRUPTED:
         return EXIT_INTERRUPTED
     return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
+
+
+def _stop_on_ctrl_c() -> asyncio.Event:
+    """Ctrl-C while an episode runs: cancel it (the loop records it as interrupted) and set the returned event,
+    which the loop checks at every step boundary, so the episode ends even where a library swallowed the
+    cancellation. A second Ctrl-C gets Python's default handling (an immediate KeyboardInterrupt)."""
+    import signal
+
+    loop, task, stop = asyncio.get_running_loop(), asyncio.current_task(), asyncio.Event()
+
+    def on_sigint() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        pass
+    return stop
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

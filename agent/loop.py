@@ -77,11 +77,14 @@ async def run_episode(
     checker: Checker | None = None,
     secrets: Secrets | None = None,
     on_step: StepCallback | None = None,
+    stop: asyncio.Event | None = None,
 ) -> EpisodeRecord:
     """Run one episode on an unstarted device; the device is started here and always closed.
 
     Returns the finished EpisodeRecord. Ctrl-C (task cancellation) is recorded as interrupted and
-    then re-raised, so the caller still sees it.
+    then re-raised, so the caller still sees it. ``stop``, when set, is honoured the same way at the
+    next step boundary: the caller's Ctrl-C handler sets it as well as cancelling, so the episode
+    ends even if a library on the way swallowed the cancellation.
     """
     opts = options or LoopOptions()
     guard = guard or AllowAll()
@@ -118,6 +121,8 @@ async def run_episode(
         await clock.timed("start", device.start())
         writer.update(device=device.describe())
         while True:
+            if stop is not None and stop.is_set():
+                raise asyncio.CancelledError("stop requested")
             if acted >= opts.max_steps:
                 outcome = Outcome.TRUNCATED
                 finish["reason"] = {"type": "StepBudget", "message": f"{opts.max_steps} steps used without finishing"}

@@ -230,6 +230,29 @@ def test_cancellation_is_recorded_as_interrupted(tmp_path, page_url):
     assert len(episode.steps) >= 3 and not episode.truncated_tail
 
 
+def test_a_stop_request_ends_the_episode_even_if_the_cancellation_was_swallowed(tmp_path, page_url):
+    # The CLI's Ctrl-C handler cancels the episode and sets `stop`. Here only `stop` is set (as if a library had
+    # swallowed the cancellation): the loop still ends at the next step boundary, recorded as interrupted.
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+
+    async def main():
+        stop = asyncio.Event()
+
+        def on_step(step):
+            if step.index == 2:
+                stop.set()
+
+        with pytest.raises(asyncio.CancelledError):
+            await run_episode("t", _device(page_url), ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.01)] * 50),
+                              writer, on_step=on_step, stop=stop)
+
+    asyncio.run(main())
+    episode = read_episode(writer.path)
+    assert episode.record.outcome is Outcome.INTERRUPTED
+    assert len(episode.steps) == 3 and not episode.truncated_tail
+
+
 def test_a_key_the_device_lacks_is_recorded_and_the_episode_goes_on(tmp_path, page_url):
     record, episode = _run(tmp_path, page_url, [Action(ActionKind.KEY, keys=("recent",)), Action(ActionKind.CLICK, OK),
                                                 Action(ActionKind.FINISH)], checker=OK_TASK.check)
