@@ -28,14 +28,15 @@ def plot_curves(data: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     ax_sft, ax_reward, ax_acc, ax_answers = axes
+    labelled: set[str] = set()  # one legend entry per arm, on the first seed that ran it
     for s in data["seeds"]:
         c = s["sft"]["curve"]
         ax_sft.plot([p["examples"] for p in c], [p["val_accuracy"] for p in c], color="gray", alpha=0.8,
                     label=f"seed {s['seed']}")
         for arm, a in s["arms"].items():
             colour, style = COLOURS.get(arm, "black"), STYLES.get(arm, "-")
-            label = arm if not any(arm in other["arms"] for other in data["seeds"][: data["seeds"].index(s)]) \
-                else None
+            label = None if arm in labelled else arm
+            labelled.add(arm)
             pts = [p for p in a["curve"] if p["step"] > 0]
             ax_reward.plot([p["samples"] for p in pts], _smooth([p["sample_top1"] for p in pts]), color=colour,
                            linestyle=style, alpha=0.8, label=label)

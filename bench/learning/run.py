@@ -131,7 +131,8 @@ def run_seed(seed: int, cfg: BenchConfig, work: Path) -> SeedResult:
         if cfg.sft_warmup:
             for g in sft.optimizer.param_groups:
                 g["lr"] = cfg.sft_lr * min(1.0, (step + 1) / cfg.sft_warmup)
-        m = sft.step([SFTExample(to_prompt(s).messages, s.image, target_text(s, rng, cfg.sft_jitter, cfg.sft_multi, cfg.sft_multi_points))
+        m = sft.step([SFTExample(to_prompt(s).messages, s.image,
+                                 target_text(s, rng, cfg.sft_jitter, cfg.sft_multi, cfg.sft_multi_points))
                       for s in batch])
         step += 1
         if step % cfg.sft_eval_every == 0:
