@@ -408,6 +408,8 @@ class OnlineSession:
         await asyncio.gather(monitor, return_exceptions=True)
         sigint()
         self.result.wall_s = wall
+        if getattr(self, "follower", None) is not None:
+            await self.follower.drain()
         if self.backend is not None:
             await self.backend.close()
         if self.trainer is not None:

@@ -90,7 +90,10 @@ class AdapterFollower:
         self.current: AdapterRef | None = None
         self.refused: dict[str, str] = {}
         """"<step>:<sha256>" -> why, for versions that failed the check (never retried)."""
-        self._lock = asyncio.Lock()
+        self._loading: asyncio.Future[None] | None = None
+        """The load in flight, shared by every actor that asks meanwhile. An actor cancelled while waiting (a
+        restart, the session stopping) leaves it running: a load cut short would leave the version in the backend
+        but not in ``current``, and the next actor would load it a second time."""
         self.ready = asyncio.Event()
 
     def _wanted(self) -> AdapterRef | None:
@@ -105,28 +108,37 @@ class AdapterFollower:
         """Load the newest announced version if it is not the active one (called by actors between steps)."""
         if self._wanted() is None:
             return
-        async with self._lock:
-            ref = self._wanted()
-            while ref is not None:
-                try:
-                    times = await asyncio.to_thread(load_verified, self.backend, ref)
-                except AdapterChecksumError as exc:
-                    newer = self.transport.policy()
-                    if newer is not None and newer.sha256 != ref.sha256:
-                        log.info("adapter %s was superseded while loading (%s); loading %s", ref.version, exc,
-                                 newer.version)
-                    else:
-                        self.refused[_refusal_key(ref)] = str(exc)
-                        log.error("refused adapter %s: %s; the actors keep %s", ref.version, exc,
-                                  self.current.version if self.current else "the base weights")
-                    ref = self._wanted()
-                    continue
-                self.current = ref
-                self.clock.loaded(ref, times.verify_s, times.load_s)
-                self.ready.set()
-                log.info("actors switched to adapter %s (verify %.3f s, load %.3f s)", ref.version, times.verify_s,
-                         times.load_s)
+        if self._loading is None or self._loading.done():
+            self._loading = asyncio.ensure_future(self._load_newest())
+        await asyncio.shield(self._loading)
+
+    async def drain(self) -> None:
+        """Wait for a load in flight (before the backend closes)."""
+        if self._loading is not None:
+            await asyncio.gather(self._loading, return_exceptions=True)
+
+    async def _load_newest(self) -> None:
+        ref = self._wanted()
+        while ref is not None:
+            try:
+                times = await asyncio.to_thread(load_verified, self.backend, ref)
+            except AdapterChecksumError as exc:
+                newer = self.transport.policy()
+                if newer is not None and newer.sha256 != ref.sha256:
+                    log.info("adapter %s was superseded while loading (%s); loading %s", ref.version, exc,
+                             newer.version)
+                else:
+                    self.refused[_refusal_key(ref)] = str(exc)
+                    log.error("refused adapter %s: %s; the actors keep %s", ref.version, exc,
+                              self.current.version if self.current else "the base weights")
                 ref = self._wanted()
+                continue
+            self.current = ref
+            self.clock.loaded(ref, times.verify_s, times.load_s)
+            self.ready.set()
+            log.info("actors switched to adapter %s (verify %.3f s, load %.3f s)", ref.version, times.verify_s,
+                     times.load_s)
+            ref = self._wanted()
 
 
 def _refusal_key(ref: AdapterRef) -> str:
