@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from train.errors import AdapterChecksumError, AdapterError
+
 if TYPE_CHECKING:
     from train.learner import Learner
 
@@ -45,18 +47,6 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 _FOLDER = re.compile(r"^v(\d{6,})$")
 _CHUNK = 1 << 20
-
-
-class AdapterError(RuntimeError):
-    """An adapter version that cannot be published or used.
-
-    AdapterError
-     └── AdapterChecksumError   the files do not match the announced sha256 (corrupt, truncated, missing)
-    """
-
-
-class AdapterChecksumError(AdapterError):
-    """A published adapter whose files do not match its announced digest: never load it."""
 
 
 @dataclass(frozen=True, slots=True)

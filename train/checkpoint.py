@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from train.errors import CheckpointError
+
 if TYPE_CHECKING:
     from train.learner import Learner
 
@@ -41,10 +43,6 @@ log = logging.getLogger(__name__)
 __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "model_fingerprint", "save_checkpoint"]
 
 FORMAT = 1
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used: missing, incomplete, or written for another model or setup."""
 
 
 def model_fingerprint(learner: Learner) -> dict[str, Any]:

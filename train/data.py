@@ -87,6 +87,7 @@ from policy.formats import get_format
 from policy.formats.guir1 import KEY_ACTIONS, PLAIN, POINTED
 from policy.model import resize_for_model
 from policy.presets import ModelPreset, preset_for
+from train.errors import BadItem, BadRow, PromptSourceError
 from train.curriculum import CORRECT_PART, FAILED_PART, ThresholdSchedule
 from train.samples import RolloutPrompt
 from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_reward
@@ -98,14 +99,6 @@ __all__ = [
     "PromptSourceError", "RewardAdapter", "Skipped", "Target", "TrajectorySource", "build_prompt",
     "guir1_ground_truth", "reward_fn", "skip_counts",
 ]
-
-
-class PromptSourceError(ValueError):
-    """A prompt source cannot produce any prompt (no usable row, every item failed, a changed dataset)."""
-
-
-class BadItem(Exception):
-    """One item cannot be made into a prompt now; the sampler skips it and counts it."""
 
 
 class Target(TypedDict, total=False):
@@ -235,51 +228,45 @@ class _GroundingItem:
     """Normalized frame box; None on a negative sample."""
 
 
-class _RowError(Exception):
-    def __init__(self, kind: RejectKind, reason: str) -> None:
-        super().__init__(reason)
-        self.kind, self.reason = kind, reason
-
-
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _jsonl_row(row: Any, root: Path) -> tuple[Path, tuple[int, int], str, Box | None]:
     if not isinstance(row, dict):
-        raise _RowError(RejectKind.MALFORMED, f"a row must be a JSON object, got {type(row).__name__}")
+        raise BadRow(RejectKind.MALFORMED, f"a row must be a JSON object, got {type(row).__name__}")
     name, instruction = row.get("image"), row.get("instruction")
     if not isinstance(name, str) or not name.strip():
-        raise _RowError(RejectKind.MALFORMED, "no 'image' path")
+        raise BadRow(RejectKind.MALFORMED, "no 'image' path")
     if not isinstance(instruction, str) or not instruction.strip():
-        raise _RowError(RejectKind.MALFORMED, "no 'instruction' text")
+        raise BadRow(RejectKind.MALFORMED, "no 'instruction' text")
     negative = row.get("negative", False)
     if not isinstance(negative, bool):
-        raise _RowError(RejectKind.MALFORMED, f"'negative' must be true or false, got {negative!r}")
+        raise BadRow(RejectKind.MALFORMED, f"'negative' must be true or false, got {negative!r}")
     space = row.get("box_space", "pixels")
     if space not in ("pixels", "normalized"):
-        raise _RowError(RejectKind.MALFORMED, f"'box_space' must be 'pixels' or 'normalized', got {space!r}")
+        raise BadRow(RejectKind.MALFORMED, f"'box_space' must be 'pixels' or 'normalized', got {space!r}")
     path = Path(name)
     path = path if path.is_absolute() else root / path
     if not path.is_file():
-        raise _RowError(RejectKind.MISSING_IMAGE, f"image {path} does not exist")
+        raise BadRow(RejectKind.MISSING_IMAGE, f"image {path} does not exist")
     size = image_size(path)
     if size is None:
-        raise _RowError(RejectKind.UNREADABLE_IMAGE, f"image {path} is not a readable image")
+        raise BadRow(RejectKind.UNREADABLE_IMAGE, f"image {path} is not a readable image")
     box = row.get("box")
     if negative:
         if box is not None:
-            raise _RowError(RejectKind.MALFORMED, "a negative row (target absent) must have no 'box'")
+            raise BadRow(RejectKind.MALFORMED, "a negative row (target absent) must have no 'box'")
         return path, size, instruction.strip(), None
     if not (isinstance(box, list) and len(box) == 4 and all(_finite(v) for v in box)):
-        raise _RowError(RejectKind.MALFORMED, f"'box' must be four numbers [x1, y1, x2, y2], got {box!r}")
+        raise BadRow(RejectKind.MALFORMED, f"'box' must be four numbers [x1, y1, x2, y2], got {box!r}")
     x1, y1, x2, y2 = box
     if x2 <= x1 or y2 <= y1:
-        raise _RowError(RejectKind.MALFORMED, f"box {box} must have x2 > x1 and y2 > y1")
+        raise BadRow(RejectKind.MALFORMED, f"box {box} must have x2 > x1 and y2 > y1")
     w, h = (1.0, 1.0) if space == "normalized" else (float(size[0]), float(size[1]))
     if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
         extent = "[0, 1]" if space == "normalized" else f"the {size[0]}x{size[1]} image"
-        raise _RowError(RejectKind.BOX_OUTSIDE, f"box {box} ({space}) reaches outside {extent}")
+        raise BadRow(RejectKind.BOX_OUTSIDE, f"box {box} ({space}) reaches outside {extent}")
     return path, size, instruction.strip(), Box(x1 / w, y1 / h, x2 / w, y2 / h)
 
 
@@ -300,12 +287,12 @@ def _load_jsonl(file: Path, image_dir: Path | None) -> tuple[list[_GroundingItem
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise _RowError(RejectKind.MALFORMED, f"not JSON: {e.msg}") from None
+                raise BadRow(RejectKind.MALFORMED, f"not JSON: {e.msg}") from None
             path, size, instruction, box = _jsonl_row(row, root)
             item_id = f"{file.stem}:{row.get('id', lineno)}"
             if item_id in seen:
-                raise _RowError(RejectKind.MALFORMED, f"duplicate id {item_id!r}")
-        except _RowError as e:
+                raise BadRow(RejectKind.MALFORMED, f"duplicate id {item_id!r}")
+        except BadRow as e:
             skipped.append(Skipped(where, e.kind.value, e.reason))
             continue
         seen.add(item_id)

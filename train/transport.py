@@ -18,10 +18,8 @@ message through that codec, so a session can prove it carries nothing a bus coul
 ``GroupAssembler`` is the learner's side of groups: it joins the parts of each group, drops duplicate message ids
 (a bus may deliver twice), and gives up on groups that stay incomplete too long.
 
-Errors::
-
-    TransportError            a message that cannot be encoded, decoded or sent
-     └── TransportClosed      the transport was closed (the session is ending)
+Errors (``train.errors``): ``TransportError`` for a message that cannot be encoded, decoded or sent, and its
+subclass ``TransportClosed`` once the transport was closed (the session is ending).
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from train.adapters import AdapterError, AdapterRef
+from train.adapters import AdapterRef
+from train.errors import AdapterError, TransportClosed, TransportError
 from train.samples import TrainSample
 
 log = logging.getLogger(__name__)
@@ -53,14 +52,6 @@ MAX_BYTES = 16 * 1024 * 1024
 """Default size limit of one encoded message (MQTT brokers commonly cap payloads near this)."""
 _LEN = struct.Struct(">I")
 _CLOSED = object()
-
-
-class TransportError(RuntimeError):
-    """A message that cannot be encoded, decoded or sent (see the module docstring for the tree)."""
-
-
-class TransportClosed(TransportError):
-    """The transport is closed: nothing more is sent or received."""
 
 
 # -- messages -------------------------------------------------------------------------------------------------------

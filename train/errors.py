@@ -1,0 +1,73 @@
+"""Errors raised by training.
+
+    TrainError                  base class; every training failure is one of these
+    ├── PromptSourceError       a prompt source cannot produce any prompt (no usable row, every item failed, a
+    │                           changed dataset); also a ValueError
+    ├── BadItem                 one item cannot be made into a prompt now: the sampler skips and counts it
+    ├── BadRow                  one row of a grounding file cannot be used: the source skips and names it;
+    │                           also a ValueError
+    ├── UnknownReward           no reward of that name (the message names the closest); also a ValueError
+    ├── CheckpointError         a checkpoint that cannot be used: missing, incomplete, or written for another model
+    │                           or setup; also a RuntimeError
+    ├── AdapterError            an adapter version that cannot be published or used; also a RuntimeError
+    │   └── AdapterChecksumError    its files do not match the announced sha256 (corrupt, truncated, missing)
+    └── TransportError          a message that cannot be encoded, decoded or sent; also a RuntimeError
+        └── TransportClosed     the transport was closed (the session is ending)
+
+The second bases are there for callers that catch ``ValueError`` / ``RuntimeError`` (``agent train`` reports a
+``ValueError`` as a configuration problem). Messages say what failed, with which values, and what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envs.grounding import RejectKind
+
+__all__ = ["AdapterChecksumError", "AdapterError", "BadItem", "BadRow", "CheckpointError", "PromptSourceError",
+           "TrainError", "TransportClosed", "TransportError", "UnknownReward"]
+
+
+class TrainError(Exception):
+    """Base class for every training failure."""
+
+
+class PromptSourceError(TrainError, ValueError):
+    """A prompt source cannot produce any prompt (no usable row, every item failed, a changed dataset)."""
+
+
+class BadItem(TrainError):
+    """One item cannot be made into a prompt now; the sampler skips it and counts it."""
+
+
+class BadRow(TrainError, ValueError):
+    """One row of a grounding file cannot be used: ``kind`` (a ``RejectKind``) says which problem, ``reason`` why."""
+
+    def __init__(self, kind: RejectKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+
+class UnknownReward(TrainError, ValueError):
+    """No reward registered under that name (``train.reward_registry``)."""
+
+
+class CheckpointError(TrainError, RuntimeError):
+    """A checkpoint that cannot be used: missing, incomplete, or written for another model or setup."""
+
+
+class AdapterError(TrainError, RuntimeError):
+    """An adapter version that cannot be published or used."""
+
+
+class AdapterChecksumError(AdapterError):
+    """A published adapter whose files do not match its announced digest: never load it."""
+
+
+class TransportError(TrainError, RuntimeError):
+    """A message that cannot be encoded, decoded or sent."""
+
+
+class TransportClosed(TransportError):
+    """The transport is closed: nothing more is sent or received."""
