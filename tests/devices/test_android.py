@@ -29,18 +29,10 @@ import numpy as np
 import pytest
 
 from devices import Action, DeviceDisconnected, DeviceError, DeviceUnavailable, InvalidAction, Point, UnsupportedAction
-from devices.android import (
-    ADBKEYBOARD_IME,
-    AndroidConfig,
-    AndroidDevice,
-    expected_input_size,
-    input_text_commands,
-    keycode_for,
-    list_devices,
-    parse_raw_screencap,
-    parse_rotation,
-    parse_wm_size,
-)
+from devices.android import AndroidConfig, AndroidDevice, list_devices
+from devices.android.commands import input_text_commands, keycode_for
+from devices.android.device import ADBKEYBOARD_IME
+from devices.android.replies import expected_input_size, parse_raw_screencap, parse_rotation, parse_wm_size
 from tests.support.fake_adbd import LATIN_IME, FakeAdbd, FakePhone
 
 
