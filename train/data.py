@@ -90,7 +90,8 @@ from policy.presets import ModelPreset, preset_for
 from train.errors import BadItem, BadRow, PromptSourceError
 from train.curriculum import CORRECT_PART, FAILED_PART, ThresholdSchedule
 from train.samples import RolloutPrompt
-from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_reward
+from train.reward_registry import get_reward
+from train.rewards import RewardResult
 
 log = logging.getLogger(__name__)
 
@@ -782,69 +783,6 @@ class PromptSampler:
 # -- the reward adapter ---------------------------------------------------------------------------------------------
 
 
-def _box(target: Mapping[str, Any]) -> tuple[float, float, float, float] | None:
-    box = target["box"]
-    return None if box is None else (box[0], box[1], box[2], box[3])
-
-
-def _guir1_location(target: Mapping[str, Any]) -> Sequence[float] | None:
-    box = target.get("box")
-    if box is not None:
-        return list(box)
-    point = target.get("point")
-    return list(point) if point is not None else None
-
-
-def _has_correct(r: RewardResult) -> bool:
-    return bool(r.info["has_correct"])
-
-
-def _guir1_correct(r: RewardResult) -> bool:
-    return r.parts["accuracy"] >= 1.0
-
-
-def _guir1_paper_correct(r: RewardResult) -> bool:
-    return all(r.parts[k] >= 1.0 for k in ("action", "point", "text"))
-
-
-def _score_aepo(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    return aepo_reward(text, _box(t), think=a.think_for(t))
-
-
-def _score_aepo_paper(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    return aepo_reward(text, _box(t), think=a.think_for(t), variant="paper")
-
-
-def _score_aepo_no_collinear(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    return aepo_reward(text, _box(t), think=a.think_for(t), collinear_penalty=False)
-
-
-def _score_guir1(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    return guir1_reward(text, t["action"], _guir1_location(t), t.get("text"))
-
-
-def _score_guir1_paper(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    return guir1_reward(text, t["action"], _guir1_location(t), t.get("text"), variant="paper")
-
-
-def _score_distance(a: RewardAdapter, t: Mapping[str, Any], text: str) -> RewardResult:
-    w, h = t["coord_size"]
-    return distance_reward(text, _box(t), threshold=a.threshold(), image_size=(w, h), think=a.think_for(t))
-
-
-Scorer = Callable[["RewardAdapter", Mapping[str, Any], str], RewardResult]
-#: reward name -> (how to score a target, what counts as correct in its result)
-_ADAPTERS: dict[str, tuple[Scorer, Callable[[RewardResult], bool]]] = {
-    "aepo": (_score_aepo, _has_correct),
-    "aepo_paper": (_score_aepo_paper, _has_correct),
-    "aepo_no_collinear": (_score_aepo_no_collinear, _has_correct),
-    "guir1": (_score_guir1, _guir1_correct),
-    "guir1_paper": (_score_guir1_paper, _guir1_paper_correct),
-    "distance": (_score_distance, _has_correct),
-}
-_POINT_LIST_REWARDS = ("aepo", "aepo_paper", "aepo_no_collinear", "distance")
-
-
 class RewardAdapter:
     """``reward(prompt, text) -> RewardResult``: one of ``train.rewards``' functions applied to ``prompt.target``,
     plus the part ``"correct"``; a reward that raises gives a failed result (see the module docstring).
@@ -855,14 +793,12 @@ class RewardAdapter:
 
     def __init__(self, name: str, *, think: bool | None = None, threshold: float | None = None,
                  schedule: ThresholdSchedule | None = None) -> None:
-        if name not in _ADAPTERS:
-            raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(_ADAPTERS))}")
-        if name == "distance" and threshold is None and schedule is None:
-            raise ValueError("the distance reward needs threshold=... or schedule=ThresholdSchedule(...)")
-        if name != "distance" and (threshold is not None or schedule is not None):
+        self.spec = get_reward(name)
+        if self.spec.needs_threshold and threshold is None and schedule is None:
+            raise ValueError(f"the {name} reward needs threshold=... or schedule=ThresholdSchedule(...)")
+        if not self.spec.needs_threshold and (threshold is not None or schedule is not None):
             raise ValueError(f"threshold and schedule apply to the distance reward only, not {name!r}")
         self.name = name
-        self._score, self._correct = _ADAPTERS[name]
         self.think = think
         self.fixed_threshold = threshold
         self.schedule = schedule
@@ -891,11 +827,12 @@ class RewardAdapter:
             target = prompt.target
             if not isinstance(target, Mapping):
                 raise TypeError(f"prompt.target must be a Target dict, got {type(target).__name__}")
-            if self.name in _POINT_LIST_REWARDS and target.get("family", "infigui-g1") != "infigui-g1":
+            if self.spec.reads_point_list and target.get("family", "infigui-g1") != "infigui-g1":
                 self._log_once(f"reward {self.name!r} reads InfiGUI-G1 point lists, but the prompt is "
                                f"{target.get('family')!r}'s")
-            result = self._score(self, target, text)
-            correct = self._correct(result)
+            threshold = self.threshold() if self.spec.needs_threshold else None
+            result = self.spec.score(target, text, think=self.think_for(target), threshold=threshold)
+            correct = self.spec.correct(result)
         except Exception as e:  # noqa: BLE001 - a broken reward must not stop training (module docstring)
             self.failures += 1
             message = f"{type(e).__name__}: {e}"
@@ -912,7 +849,7 @@ class RewardAdapter:
 
     def metrics(self, prefix: str = "rollout/reward") -> dict[str, float]:
         out = {f"{prefix}/calls": float(self.calls), f"{prefix}/failures": float(self.failures)}
-        if self.name == "distance":
+        if self.spec.needs_threshold:
             out[f"{prefix}/threshold"] = self.threshold()
         return out
 

@@ -19,18 +19,18 @@ failure value. Malformed *ground truth* is a caller bug and raises ``ValueError`
 from __future__ import annotations
 
 import ast
-import difflib
-import functools
 import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Variant = Literal["code", "paper"]
-Box = tuple[float, float, float, float]
+BoxXYXY = tuple[float, float, float, float]
+"""A ground-truth box (x1, y1, x2, y2) in the coordinate space of the answer (model-input pixels, or the 0-1000
+grid of relative-coordinate families)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ def is_collinear(points: Sequence[tuple[float, float]]) -> bool:
     return False
 
 
-def _check_box(box: Sequence[float]) -> Box:
+def _check_box(box: Sequence[float]) -> BoxXYXY:
     if len(box) != 4 or not all(_is_number(v) for v in box):
         raise ValueError(f"ground-truth box must be 4 finite numbers (x1, y1, x2, y2), got {box!r}")
     x1, y1, x2, y2 = box
@@ -153,7 +153,7 @@ def _check_box(box: Sequence[float]) -> Box:
 
 def aepo_reward(
     response: str,
-    box: tuple[float, float, float, float] | None,
+    box: BoxXYXY | None,
     *,
     think: bool = True,
     variant: Variant = "code",
@@ -427,7 +427,7 @@ def distance_to_box(x: float, y: float, box: Sequence[float]) -> float:
 
 def distance_reward(
     response: str,
-    box: tuple[float, float, float, float] | None,
+    box: BoxXYXY | None,
     *,
     threshold: float,
     image_size: tuple[int, int],
@@ -492,29 +492,3 @@ def distance_reward(
     else:
         acc = max(0.0, 1.0 - d_norm / threshold)
     return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
-
-
-# ---------------------------------------------------------------------------
-# Registry: the trainer config names a reward, this maps the name to a callable.
-# ---------------------------------------------------------------------------
-
-RewardFn = Callable[..., RewardResult]
-
-REWARDS: dict[str, RewardFn] = {
-    "aepo": aepo_reward,
-    "aepo_paper": functools.partial(aepo_reward, variant="paper"),
-    "aepo_no_collinear": functools.partial(aepo_reward, collinear_penalty=False),
-    "guir1": guir1_reward,
-    "guir1_paper": functools.partial(guir1_reward, variant="paper"),
-    "distance": distance_reward,
-}
-
-
-def get_reward(name: str) -> RewardFn:
-    """The reward function registered as ``name``; unknown names say the closest one."""
-    try:
-        return REWARDS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, REWARDS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown reward {name!r}{hint} (known: {sorted(REWARDS)})") from None

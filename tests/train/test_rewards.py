@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from train.errors import UnknownReward
+from train.reward_registry import REWARDS, AnswerKind, get_reward
 from train.rewards import (
-    REWARDS,
     RewardResult,
     aepo_reward,
     distance_reward,
     distance_to_box,
-    get_reward,
     guir1_reward,
     is_collinear,
     parse_point_list,
@@ -375,12 +375,25 @@ def test_guir1_rejects_bad_ground_truth():
 
 
 def test_registry():
-    assert get_reward("aepo") is aepo_reward and get_reward("guir1") is guir1_reward
-    assert get_reward("aepo_paper")(think(pts((0, 0), (1, 1), (2, 2))), BOX).total == 0.0
-    assert get_reward("guir1_paper")(g("click"), "click", [100, 280, 150, 320], None).total == pytest.approx(2.6)
-    with pytest.raises(KeyError, match="did you mean 'aepo'"):
+    assert get_reward("aepo").fn is aepo_reward and get_reward("guir1").fn is guir1_reward
+    assert get_reward("aepo_paper").fn(think(pts((0, 0), (1, 1), (2, 2))), BOX).total == 0.0
+    assert get_reward("guir1_paper").fn(g("click"), "click", [100, 280, 150, 320], None).total == pytest.approx(2.6)
+    with pytest.raises(UnknownReward, match="did you mean 'aepo'"):
         get_reward("aepoo")
-    assert all(callable(f) for f in REWARDS.values())
+    assert all(callable(spec.fn) and spec.name == name for name, spec in REWARDS.items())
+    assert sorted(REWARDS) == ["aepo", "aepo_no_collinear", "aepo_paper", "distance", "guir1", "guir1_paper"]
+
+
+def test_registry_scores_a_target_as_its_function_does():
+    target = {"box": BOX, "point": (20, 30), "action": "click", "text": None, "coord_size": (100, 100)}
+    answer = think(pts((15, 25)))
+    assert get_reward("aepo").score(target, answer, think=True) == aepo_reward(answer, BOX)
+    assert get_reward("aepo").answer is AnswerKind.POINT_LIST and get_reward("aepo").reads_point_list
+    assert get_reward("distance").score(target, answer, think=True, threshold=0.1) == \
+        distance_reward(answer, BOX, threshold=0.1, image_size=(100, 100))
+    assert get_reward("distance").needs_threshold and not get_reward("guir1").reads_point_list
+    click = g("click")
+    assert get_reward("guir1").score(target, click, think=True) == guir1_reward(click, "click", list(BOX), None)
 
 
 # ---------------------------------------------------------------- properties
@@ -474,7 +487,7 @@ def test_distance_reward_rejects_bad_arguments():
         distance_reward(think(pts((1, 1))), DBOX, threshold=0.1, image_size=(0, 10))
     with pytest.raises(ValueError, match="x1 <= x2"):
         dist(think(pts((1, 1))), box=(200, 100, 100, 200))
-    assert get_reward("distance") is distance_reward
+    assert get_reward("distance").fn is distance_reward
 
 
 def test_distance_to_box():
