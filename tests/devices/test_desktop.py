@@ -28,16 +28,9 @@ import numpy as np
 import pytest
 
 from devices import Action, DeviceError, DeviceUnavailable, InvalidAction, Point, UnsupportedAction
-from devices.desktop import (
-    DesktopConfig,
-    DesktopDevice,
-    MonitorGeometry,
-    list_monitors,
-    pyautogui_key,
-    screen_map,
-    scroll_clicks,
-    xdotool_key,
-)
+from devices.desktop import DesktopConfig, DesktopDevice, MonitorGeometry, list_monitors, screen_map
+from devices.desktop.geometry import scroll_clicks
+from devices.desktop.keyboard import pyautogui_key, xdotool_key
 
 SW, SH = 1024, 768
 

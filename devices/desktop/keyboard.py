@@ -1,0 +1,150 @@
+"""Keys and text on an X display: pyautogui key presses, ``xdotool`` and the clipboard (``xclip``).
+
+Text is typed by ``xdotool type`` (any Unicode, Chinese included: xdotool maps each character to a
+spare keycode), by pasting through the clipboard (``xclip``, then the paste hotkey), or by
+pyautogui key presses (ASCII only). Keys go through pyautogui when it has a keycode for them, else
+through ``xdotool key``; text or keys the chosen method cannot send are a DeviceError that names
+what to install, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from typing import Any
+
+from devices.desktop.config import DesktopConfig
+from devices.errors import DeviceError, DeviceUnavailable, UnsupportedAction
+from devices.keys import PHONE_ONLY_KEYS
+
+log = logging.getLogger(__name__)
+
+#: canonical key names (devices/keys.py) -> pyautogui's names; single characters pass through
+PYAUTOGUI_KEYS = {
+    "Enter": "enter", "Tab": "tab", "Escape": "esc", "Backspace": "backspace", "Delete": "delete",
+    "Insert": "insert", "Home": "home", "End": "end", "PageUp": "pageup", "PageDown": "pagedown",
+    "ArrowUp": "up", "ArrowDown": "down", "ArrowLeft": "left", "ArrowRight": "right", "Space": "space",
+    "Control": "ctrl", "Shift": "shift", "Alt": "alt", "Meta": "win", "CapsLock": "capslock",
+    **{f"F{i}": f"f{i}" for i in range(1, 13)},
+}
+#: canonical key names -> X keysym names, as ``xdotool key`` takes them
+XDOTOOL_KEYS = {
+    "Enter": "Return", "Tab": "Tab", "Escape": "Escape", "Backspace": "BackSpace", "Delete": "Delete",
+    "Insert": "Insert", "Home": "Home", "End": "End", "PageUp": "Prior", "PageDown": "Next",
+    "ArrowUp": "Up", "ArrowDown": "Down", "ArrowLeft": "Left", "ArrowRight": "Right", "Space": "space",
+    "Control": "ctrl", "Shift": "shift", "Alt": "alt", "Meta": "super", "CapsLock": "Caps_Lock",
+    **{f"F{i}": f"F{i}" for i in range(1, 13)},
+}
+
+
+def pyautogui_key(name: str) -> str:
+    """pyautogui's name for a canonical key name ("Control" -> "ctrl", "a" -> "a")."""
+    return PYAUTOGUI_KEYS.get(name, name)
+
+
+def xdotool_key(name: str) -> str:
+    """``xdotool key``'s name for a canonical key name ("PageDown" -> "Next", "é" -> "U00E9")."""
+    if name in XDOTOOL_KEYS:
+        return XDOTOOL_KEYS[name]
+    if len(name) == 1 and (name.isascii() and name.isalnum()):
+        return name
+    return f"U{ord(name):04X}"  # xdotool looks keysyms up by name; Unnnn names any Unicode character
+
+
+def resolve_typing(method: str) -> str:
+    """The typing method to use for ``desktop.typing`` ("auto" resolved by what is installed);
+    DeviceUnavailable when the method's tool is missing."""
+    if method == "auto":
+        if shutil.which("xdotool"):
+            return "xdotool"
+        if shutil.which("xclip"):
+            return "clipboard"
+        log.warning("neither xdotool nor xclip is installed: only ASCII text can be typed")
+        return "keys"
+    tool = {"xdotool": "xdotool", "clipboard": "xclip"}.get(method)
+    if tool and not shutil.which(tool):
+        raise DeviceUnavailable(
+            f"desktop.typing={method!r} needs {tool}, which is not installed; "
+            f"`apt-get install {tool}` or choose another desktop.typing"
+        )
+    return method
+
+
+class Keyboard:
+    """Types text and presses keys on one display with pyautogui (``pg``) and the X tools."""
+
+    def __init__(self, pg: Any, display: str, config: DesktopConfig, method: str) -> None:
+        self.pg = pg
+        self.display = display
+        self.config = config
+        self.method = method
+        """The typing method in use: "xdotool", "clipboard" or "keys"."""
+
+    def check_typable(self, text: str) -> None:
+        """DeviceError naming the characters the typing method cannot type (only "keys" has any)."""
+        if self.method != "keys":
+            return
+        from pyautogui import _pyautogui_x11 as x11
+
+        bad = sorted({c for c in text if not x11.keyboardMapping.get(c)})
+        if bad:
+            raise DeviceError(
+                f"the desktop device types with pyautogui key presses (desktop.typing={self.config.typing!r}), which "
+                f"cannot type {''.join(bad)!r} on display {self.display}; install xdotool (any Unicode) or xclip "
+                "(clipboard paste) and set desktop.typing to 'auto', 'xdotool' or 'clipboard'"
+            )
+
+    def type_text(self, text: str) -> None:
+        env = {**os.environ, "DISPLAY": self.display}
+        limit = self.config.action_timeout_s + len(text) * (self.config.type_delay_ms / 1000 + 0.02)
+        if self.method == "xdotool":
+            cmd = ["xdotool", "type", "--clearmodifiers", "--delay", str(self.config.type_delay_ms), "--", text]
+            proc = subprocess.run(cmd, env=env, capture_output=True, timeout=limit)
+            if proc.returncode != 0:
+                raise DeviceError(
+                    f"xdotool could not type on {self.display}: {proc.stderr.decode(errors='replace').strip()}; "
+                    "try desktop.typing = 'clipboard'"
+                )
+        elif self.method == "clipboard":
+            # xclip forks a child that serves the selection until another client takes it; that child
+            # inherits stdout/stderr, so they must not be pipes we wait on.
+            proc = subprocess.run(
+                ["xclip", "-selection", "clipboard", "-in"],
+                input=text.encode(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
+            )
+            if proc.returncode != 0:
+                raise DeviceError(
+                    f"xclip could not set the clipboard on {self.display} (exit {proc.returncode}); "
+                    "try desktop.typing = 'xdotool'"
+                )
+            self.press(self.config.paste_keys, hotkey=True)
+        else:
+            self.pg.write(text)
+
+    def press(self, keys: tuple[str, ...], hotkey: bool) -> None:
+        """Press one key (``hotkey`` False: the first of ``keys``) or a combination."""
+        if set(keys) & PHONE_ONLY_KEYS:
+            raise UnsupportedAction(f"the desktop device has no {'+'.join(keys)} key (it is a phone key)")
+        from pyautogui import _pyautogui_x11 as x11
+
+        names = [pyautogui_key(k) for k in keys]
+        if all(x11.keyboardMapping.get(n) for n in names):
+            if hotkey:
+                self.pg.hotkey(*names)
+            else:
+                self.pg.press(names[0])
+            return
+        # pyautogui silently ignores keys it has no keycode for (any non-ASCII character): xdotool
+        # maps a spare keycode to the keysym instead.
+        if not shutil.which("xdotool"):
+            missing = [k for k, n in zip(keys, names) if not x11.keyboardMapping.get(n)]
+            raise DeviceError(
+                f"pyautogui has no key for {missing} on display {self.display}; install xdotool to press it"
+            )
+        combo = "+".join(xdotool_key(k) for k in keys)
+        env = {**os.environ, "DISPLAY": self.display}
+        proc = subprocess.run(["xdotool", "key", "--clearmodifiers", combo], env=env, capture_output=True, timeout=10)
+        if proc.returncode != 0:
+            raise DeviceError(f"xdotool could not press {combo}: {proc.stderr.decode(errors='replace').strip()}")
