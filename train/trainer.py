@@ -602,6 +602,8 @@ class TrainData:
 def build_data(config: TrainConfig, preset: Any) -> TrainData:
     """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
     from train import data as D
+    from train.data.answers import answer_text
+    from train.data.combine import Subset
     from train.curriculum import ThresholdSchedule
 
     d, c = config.data, config.curriculum
@@ -629,7 +631,7 @@ def build_data(config: TrainConfig, preset: Any) -> TrainData:
         # hold out a seeded share of the training file itself
         order = torch.randperm(len(train_src), generator=torch.Generator().manual_seed(seed)).tolist()
         n = min(d.heldout_size, max(0, len(train_src) - 1))
-        held_src, train_src = _Subset(train_src, order[:n], "heldout"), _Subset(train_src, order[n:], "train")
+        held_src, train_src = Subset(train_src, order[:n], "heldout"), Subset(train_src, order[n:], "train")
     heldout: list[RolloutPrompt] = []
     if held_src is not None:
         sampler = D.PromptSampler(held_src, seed=seed, shuffle=False)
@@ -644,51 +646,6 @@ def build_data(config: TrainConfig, preset: Any) -> TrainData:
 
 def _family(preset: Any) -> str:
     return str(getattr(preset, "family", ""))
-
-
-class _Subset:
-    """Some items of a source, under the source's ids (a held-out split)."""
-
-    def __init__(self, source: Any, indices: Sequence[int], part: str) -> None:
-        self._source = source
-        self._indices = list(indices)
-        self.name = f"{source.name}[{part}]"
-        self.skipped = source.skipped
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-    def item_id(self, index: int) -> str:
-        return self._source.item_id(self._indices[index])
-
-    def prompt(self, index: int) -> RolloutPrompt:
-        return self._source.prompt(self._indices[index])
-
-
-def answer_text(prompt: RolloutPrompt, *, think: bool = True) -> str:
-    """The answer an SFT example teaches for ``prompt``, in its family's output format: InfiGUI-G1's point list
-    (``[{"point_2d": [x, y]}]``, ``[]`` on a negative sample, after a short think block in think mode) or GUI-R1's
-    action list. The point is the target box's centre (or the recorded point), in the model's coordinates."""
-    t = prompt.target or {}
-    family = t.get("family", "")
-    point = t.get("point")
-    if point is None and t.get("box") is not None:
-        x1, y1, x2, y2 = t["box"]
-        point = ((x1 + x2) / 2, (y1 + y2) / 2)
-    if family == "gui-r1":
-        action = t.get("action") or ("impossible" if t.get("negative") else "click")
-        xy = [round(point[0]), round(point[1])] if point is not None else [-100, -100]
-        text = t.get("text") or "no input text"
-        return (f"<think>The task asks for {action}.</think> "
-                f"<answer>[{{'action': '{action}', 'point': {xy}, 'input_text': '{text}'}}]</answer>")
-    if family in ("infigui-g1", "") or "point_2d" in str(prompt.messages):
-        answer = "[]" if point is None else json.dumps([{"point_2d": [round(point[0]), round(point[1])]}])
-        if not (t.get("think", think)):
-            return answer
-        what = "is not on the screen" if point is None else "is at this point"
-        return f"<think>The element for \"{t.get('instruction', '')}\" {what}.</think>\n{answer}"
-    raise ValueError(f"no SFT answer format for model family {family!r}: cold-start SFT supports InfiGUI-G1 point "
-                     f"lists and GUI-R1 actions")
 
 
 def run_from_config(config: TrainConfig) -> TrainResult:

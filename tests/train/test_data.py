@@ -1,5 +1,5 @@
-"""Prompt sources, the resumable sampler and the reward adapter (train/data.py), on tiny files written here and,
-once, a generated screen rendered in Chromium."""
+"""Prompt sources, the resumable sampler and the reward adapter (the train.data package), on tiny files written
+here and, once, a generated screen rendered in Chromium."""
 
 from __future__ import annotations
 
