@@ -1,4 +1,4 @@
-"""InfiGUI-G1 (InfiX-ai/InfiGUI-G1-3B / -7B; research notes §1.1, §1.6, §7).
+"""InfiGUI-G1 (InfiX-ai/InfiGUI-G1-3B / -7B; arXiv 2508.05731): prompt and parsers (docs/coordinates.md).
 
 Single-step grounding. Prompt (eval/prompts.py):
 
@@ -12,11 +12,11 @@ Single-step grounding. Prompt (eval/prompts.py):
 Output: ``<think>...</think>`` then a JSON list of ``{"point_2d": [x, y]}`` in absolute pixels of
 the w' x h' image, most preferred first.
 
-``InfiGuiG1Format.parse`` is the execution parser (§7): the text after the last ``</think>`` (all
-of it when there is none), the JSON list from the first ``[`` to its closing bracket, every item
-validated (an object with a two-number ``point_2d`` inside the image) and kept as a click
-candidate in order; the first is executed. No think gate, trailing chatter ignored, a list cut off
-mid-item keeps its complete items. ``strict_parse`` is the reward parser of the released recipe
+``InfiGuiG1Format.parse`` is the execution parser (what a device acts on): the text after the
+last ``</think>`` (all of it when there is none), the JSON list from the first ``[`` to its
+closing bracket, every item validated (an object with a two-number ``point_2d`` inside the image)
+and kept as a click candidate in order; the first is executed. No think gate, trailing chatter
+ignored, a list cut off mid-item keeps its complete items. ``strict_parse`` is the reward parser of the released recipe
 (think gate, then every item must be valid), for training.
 """
 
@@ -30,8 +30,8 @@ from devices.actions import ActionKind
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import FormatParseError
-from policy.formats.base import Parsed, Prompt
-from policy.formats.qwen25vl import make_action, model_point, scan_json_list
+from policy.formats.base import Parsed, Prompt, make_action, model_point
+from policy.formats.jsonscan import scan_json_list
 from policy.presets import ModelPreset
 
 __all__ = ["InfiGuiG1Format", "SYSTEM_THINK", "USER_TEMPLATE", "strict_parse", "split_think"]

@@ -1,4 +1,4 @@
-"""Qwen2.5-VL's native formats (QwenLM/Qwen2.5-VL cookbooks; docs: research notes §5).
+"""Qwen2.5-VL's native formats (the QwenLM/Qwen2.5-VL cookbooks; docs/policies.md, docs/coordinates.md).
 
 Three prompt variants, chosen by ``preset.variant``:
 
@@ -12,6 +12,7 @@ Three prompt variants, chosen by ``preset.variant``:
   NousFnCallPrompt system message with the tool's JSON signature, whose description states
   ``* The screen's resolution is {w'}x{h'}.``; replies are
   ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` blocks, each one action.
+  The tool signatures and the system message are in ``policy.formats.qwen25vl_prompts``.
 
 Coordinates are absolute pixels of the image the model saw (w' x h'), mapped with
 ``ModelSpace.to_point``. History is rendered as the mobile cookbook does (one user turn: the
@@ -52,7 +53,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from devices.actions import Action, ActionKind, Point, ScrollDirection
@@ -60,372 +60,26 @@ from devices.errors import InvalidAction
 from devices.keys import normalize_key
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
-from policy.errors import CoordinateError, FormatParseError
-from policy.formats.base import Parsed, Prompt
+from policy.errors import FormatParseError
+from policy.formats.base import Parsed, Prompt, make_action, model_point
+from policy.formats.jsonscan import JsonError, decode_json, is_number, scan_json_list, skip_ws
+from policy.formats.qwen25vl_prompts import (
+    COMPUTER_ACTIONS,
+    GROUNDING_TEMPLATE,
+    MOBILE_ACTIONS,
+    PROGRESS_PREFIX,
+    SYSTEM_DEFAULT,
+    computer_use_tool,
+    last_cursor,
+    mobile_use_tool,
+    nous_system_prompt,
+    render_step,
+)
 from policy.presets import ModelPreset
 
-__all__ = [
-    "Qwen25VLFormat",
-    "computer_use_tool",
-    "mobile_use_tool",
-    "nous_system_prompt",
-    "scan_json_list",
-    "model_point",
-    "make_action",
-    "decode_json",
-]
-
-SYSTEM_DEFAULT = "You are a helpful assistant"
-"""The spatial-understanding cookbook's system prompt (no final period there)."""
-
-GROUNDING_TEMPLATE = "Locate the {target}, output its bbox coordinates using JSON format."
-
-PROGRESS_PREFIX = "Task progress (You have done the following operation on the current device): "
-
-_DECODER = json.JSONDecoder()
-_WS = " \t\r\n"
-
-
-# -- shared parsing helpers (also used by the InfiGUI-G1 format, a Qwen2.5-VL fine-tune) ------------
-
-class JsonError(Exception):
-    """A JSON value that does not decode: ``msg`` at offset ``pos``."""
-
-    def __init__(self, msg: str, pos: int) -> None:
-        super().__init__(msg)
-        self.msg, self.pos = msg, pos
-
-
-def decode_json(text: str, pos: int) -> tuple[Any, int]:
-    """(value, end) of the JSON value starting at ``text[pos]``. Every failure, including the ones
-    ``json`` does not report as JSONDecodeError (integers over Python's digit limit, nesting
-    deeper than the recursion limit), is a JsonError with an offset."""
-    try:
-        return _DECODER.raw_decode(text, pos)
-    except json.JSONDecodeError as exc:
-        raise JsonError(exc.msg, exc.pos) from None
-    except (ValueError, RecursionError) as exc:
-        raise JsonError(str(exc) or type(exc).__name__, pos) from None
-
-
-def skip_ws(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _WS:
-        pos += 1
-    return pos
-
-
-@dataclass(frozen=True, slots=True)
-class ListScan:
-    """The complete items of a JSON list, each with the offset where it starts."""
-
-    items: tuple[tuple[int, Any], ...]
-    truncated: bool
-    """True when the list did not close properly: the items after the last complete one are lost."""
-    stop: int
-    """Where scanning stopped (after the closing bracket, or where the list broke off)."""
-
-
-def scan_json_list(text: str, start: int) -> ListScan:
-    """Decode the JSON list opening at ``text[start] == "["`` item by item.
-
-    Stops at the closing bracket; anything after it is ignored. If an item cannot be decoded, or
-    something other than ``,`` / ``]`` follows one, the list is taken as cut off there and the
-    complete items before it are returned with ``truncated=True``. With no complete item at all,
-    that is a FormatParseError at the offending offset.
-    """
-    if start >= len(text) or text[start] != "[":
-        raise FormatParseError("expected a JSON list starting with '['", text, start)
-    items: list[tuple[int, Any]] = []
-    pos = skip_ws(text, start + 1)
-    if pos < len(text) and text[pos] == "]":
-        return ListScan((), False, pos + 1)
-    while True:
-        if pos >= len(text):
-            problem, where = "the JSON list ends before its closing ']'", len(text)
-            break
-        try:
-            value, end = decode_json(text, pos)
-        except JsonError as exc:
-            if exc.pos >= len(text):
-                problem = f"the JSON list is cut off at the end of the output ({exc.msg})"
-            else:
-                problem = f"invalid JSON in the list item: {exc.msg}"
-            where = exc.pos
-            break
-        items.append((pos, value))
-        pos = skip_ws(text, end)
-        if pos < len(text) and text[pos] == "]":
-            return ListScan(tuple(items), False, pos + 1)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip_ws(text, pos + 1)
-            continue
-        problem = "the JSON list ends before its closing ']'" if pos >= len(text) else \
-            f"expected ',' or ']' after a list item, found {text[pos]!r}"
-        where = pos
-        break
-    if not items:
-        raise FormatParseError(problem, text, where)
-    return ListScan(tuple(items), True, where)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def model_point(space: ModelSpace, value: Any, what: str, text: str, pos: int) -> tuple[tuple[float, float], Point]:
-    """Validate ``value`` as an [x, y] model-space point and map it to the frame.
-
-    Returns ((x', y') as floats, normalized Point). Every problem is a FormatParseError (a
-    CoordinateError when the point lies outside the model image) at ``pos``.
-    """
-    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_number(v) for v in value):
-        shown = json.dumps(value, ensure_ascii=False)[:80]
-        raise FormatParseError(f"{what} must be [x, y] with two numbers, got {shown}", text, pos)
-    x, y = float(value[0]), float(value[1])
-    try:
-        point = space.to_point(x, y)
-    except CoordinateError as exc:
-        raise CoordinateError(f"{what}: {exc}", text, pos) from None
-    if point is None:
-        raise CoordinateError(f"{what} [{x:g}, {y:g}] is the no-target sentinel, not a location", text, pos)
-    return (x, y), point
-
-
-def make_action(source: str, pos: int, /, **fields: Any) -> Action:
-    """An Action from ``fields``, with InvalidAction turned into a FormatParseError at ``pos`` of
-    the model output ``source``."""
-    try:
-        return Action(**fields)
-    except InvalidAction as exc:
-        raise FormatParseError(f"not a valid action: {exc}", source, pos) from None
-
-
-# -- the tool signatures --------------------------------------------------------------------------
-
-def _action_doc(lines: Sequence[tuple[str, str]]) -> str:
-    return "The action to perform. The available actions are:\n" + "\n".join(f"* `{a}`: {d}" for a, d in lines)
-
-
-_COMPUTER_ACTIONS = (
-    ("key", "Performs key down presses on the arguments passed in order, then performs key releases in reverse order."),
-    ("type", "Type a string of text on the keyboard."),
-    ("mouse_move", "Move the cursor to a specified (x, y) pixel coordinate on the screen."),
-    ("left_click", "Click the left mouse button."),
-    ("left_click_drag", "Click and drag the cursor to a specified (x, y) pixel coordinate on the screen."),
-    ("right_click", "Click the right mouse button."),
-    ("middle_click", "Click the middle mouse button."),
-    ("double_click", "Double-click the left mouse button."),
-    ("scroll", "Performs a scroll of the mouse scroll wheel."),
-    ("wait", "Wait specified seconds for the change to happen."),
-    ("terminate", "Terminate the current task and report its completion status."),
-)
-
-_MOBILE_ACTIONS = (
-    ("key", "Perform a key event on the mobile device.\n    - This supports adb's `keyevent` syntax.\n"
-            "    - Examples: \"volume_up\", \"volume_down\", \"power\", \"camera\", \"clear\"."),
-    ("click", "Click the point on the screen with coordinate (x, y)."),
-    ("long_press", "Press the point on the screen with coordinate (x, y) for specified seconds."),
-    ("swipe", "Swipe from the starting point with coordinate (x, y) to the end point with coordinates2 (x2, y2)."),
-    ("type", "Input the specified text into the activated input box."),
-    ("system_button", "Press the system button."),
-    ("open", "Open an app on the device."),
-    ("wait", "Wait specified seconds for the change to happen."),
-    ("terminate", "Terminate the current task and report its completion status."),
-)
-
-_COORD_DOC = ("(x, y): The x (pixels from the left edge) and y (pixels from the top edge) coordinates to move the "
-              "mouse to.")
-
-
-def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name_for_human": name,
-            "name": name,
-            "description": description,
-            "parameters": {"properties": properties, "required": ["action"], "type": "object"},
-            "args_format": "Format the arguments as a JSON object.",
-        },
-    }
-
-
-def computer_use_tool(width: int, height: int) -> dict[str, Any]:
-    """The computer_use function signature for a w' x h' model image."""
-    description = (
-        "Use a mouse and keyboard to interact with a computer, and take screenshots.\n"
-        "* This is an interface to a desktop GUI. You do not have access to a terminal or applications menu. "
-        "You must click on desktop icons to start applications.\n"
-        "* Some applications may take time to start or process actions, so you may need to wait and take "
-        "successive screenshots to see the results of your actions. E.g. if you click on Firefox and a window "
-        "doesn't open, try wait and taking another screenshot.\n"
-        f"* The screen's resolution is {width}x{height}.\n"
-        "* Whenever you intend to move the cursor to click on an element like an icon, you should consult a "
-        "screenshot to determine the coordinates of the element before moving the cursor.\n"
-        "* If you tried clicking on a program or link but it failed to load, even after waiting, try adjusting "
-        "your cursor position so that the tip of the cursor visually falls on the element that you want to click.\n"
-        "* Make sure to click any buttons, links, icons, etc with the cursor tip in the center of the element. "
-        "Don't click boxes on their edges unless asked."
-    )
-    properties = {
-        "action": {"description": _action_doc(_COMPUTER_ACTIONS), "enum": [a for a, _ in _COMPUTER_ACTIONS],
-                   "type": "string"},
-        "keys": {"description": "Required only by `action=key`.", "type": "array"},
-        "text": {"description": "Required only by `action=type`.", "type": "string"},
-        "coordinate": {"description": _COORD_DOC + " Required only by `action=mouse_move` and "
-                                                   "`action=left_click_drag`.", "type": "array"},
-        "pixels": {"description": "The amount of scrolling to perform. Positive values scroll up, negative values "
-                                  "scroll down. Required only by `action=scroll`.", "type": "number"},
-        "time": {"description": "The seconds to wait. Required only by `action=wait`.", "type": "number"},
-        "status": {"description": "The status of the task. Required only by `action=terminate`.", "type": "string",
-                   "enum": ["success", "failure"]},
-    }
-    return _tool("computer_use", description, properties)
-
-
-def mobile_use_tool(width: int, height: int) -> dict[str, Any]:
-    """The mobile_use function signature for a w' x h' model image."""
-    description = (
-        "Use a touchscreen to interact with a mobile device, and take screenshots.\n"
-        "* This is an interface to a mobile device with touchscreen. You can perform actions like clicking, "
-        "typing, swiping, etc.\n"
-        "* Some applications may take time to start or process actions, so you may need to wait and take "
-        "successive screenshots to see the results of your actions.\n"
-        f"* The screen's resolution is {width}x{height}.\n"
-        "* Make sure to click any buttons, links, icons, etc with the cursor tip in the center of the element. "
-        "Don't click boxes on their edges unless asked."
-    )
-    properties = {
-        "action": {"description": _action_doc(_MOBILE_ACTIONS), "enum": [a for a, _ in _MOBILE_ACTIONS],
-                   "type": "string"},
-        "coordinate": {"description": _COORD_DOC + " Required only by `action=click`, `action=long_press`, and "
-                                                   "`action=swipe`.", "type": "array"},
-        "coordinate2": {"description": _COORD_DOC + " Required only by `action=swipe`.", "type": "array"},
-        "text": {"description": "Required only by `action=key`, `action=type`, and `action=open`.", "type": "string"},
-        "time": {"description": "The seconds to wait. Required only by `action=long_press` and `action=wait`.",
-                 "type": "number"},
-        "button": {"description": "Back means returning to the previous interface, Home means returning to the "
-                                  "desktop, Menu means opening the application background menu, and Enter means "
-                                  "pressing the enter. Required only by `action=system_button`",
-                   "enum": ["Back", "Home", "Menu", "Enter"], "type": "string"},
-        "status": {"description": "The status of the task. Required only by `action=terminate`.", "type": "string",
-                   "enum": ["success", "failure"]},
-    }
-    return _tool("mobile_use", description, properties)
-
-
-def nous_system_prompt(tools: Sequence[dict[str, Any]]) -> str:
-    """qwen-agent's NousFnCallPrompt system message (English), one tool JSON per line."""
-    tool_lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return (
-        "You are a helpful assistant.\n\n# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-        f"{tool_lines}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
-    )
-
-
-# -- history rendering ----------------------------------------------------------------------------
-
-_XDOTOOL_NAMES = {"Control": "ctrl", "Alt": "alt", "Shift": "shift", "Meta": "super", "Enter": "Return",
-                  "Space": "space", "ArrowUp": "Up", "ArrowDown": "Down", "ArrowLeft": "Left", "ArrowRight": "Right",
-                  "PageUp": "Page_Up", "PageDown": "Page_Down", "Backspace": "BackSpace"}
-_ADB_NAMES = {"Enter": "enter", "Backspace": "del", "Delete": "forward_del", "Tab": "tab", "Escape": "escape",
-              "Space": "space", "ArrowUp": "dpad_up", "ArrowDown": "dpad_down", "ArrowLeft": "dpad_left",
-              "ArrowRight": "dpad_right"}
-
-
-def _pix(space: ModelSpace, point: Point) -> list[int]:
-    x, y = space.from_point(point)
-    return [int(round(x)), int(round(y))]
-
-
-def _computer_args(action: Action, space: ModelSpace) -> dict[str, Any] | None:
-    k = action.kind
-    simple = {ActionKind.CLICK: "left_click", ActionKind.DOUBLE_CLICK: "double_click",
-              ActionKind.RIGHT_CLICK: "right_click", ActionKind.HOVER: "mouse_move"}
-    if k in simple:
-        return {"action": simple[k], "coordinate": _pix(space, action.point)}  # type: ignore[arg-type]
-    if k is ActionKind.DRAG:
-        return {"action": "left_click_drag", "coordinate": _pix(space, action.end)}  # type: ignore[arg-type]
-    if k is ActionKind.TYPE:
-        return {"action": "type", "text": action.text}
-    if k in (ActionKind.KEY, ActionKind.HOTKEY):
-        return {"action": "key", "keys": [_XDOTOOL_NAMES.get(key, key) for key in action.keys]}
-    if k is ActionKind.SCROLL and action.direction in (ScrollDirection.UP, ScrollDirection.DOWN):
-        pixels = int(round((action.amount or 0.5) * space.extent[1]))
-        signed = pixels if action.direction is ScrollDirection.UP else -pixels
-        args: dict[str, Any] = {"action": "scroll", "pixels": signed}
-        if action.point is not None:
-            args["coordinate"] = _pix(space, action.point)
-        return args
-    if k is ActionKind.WAIT:
-        return {"action": "wait", "time": action.duration_s}
-    if k is ActionKind.FINISH:
-        return {"action": "terminate", "status": "success"}
-    if k is ActionKind.INFEASIBLE:
-        return {"action": "terminate", "status": "failure"}
-    return None
-
-
-def _mobile_args(action: Action, space: ModelSpace) -> dict[str, Any] | None:
-    k = action.kind
-    if k is ActionKind.CLICK:
-        return {"action": "click", "coordinate": _pix(space, action.point)}  # type: ignore[arg-type]
-    if k is ActionKind.LONG_PRESS:
-        return {"action": "long_press", "coordinate": _pix(space, action.point),  # type: ignore[arg-type]
-                "time": action.duration_s}
-    if k is ActionKind.DRAG:
-        return {"action": "swipe", "coordinate": _pix(space, action.point),  # type: ignore[arg-type]
-                "coordinate2": _pix(space, action.end)}  # type: ignore[arg-type]
-    if k is ActionKind.TYPE:
-        return {"action": "type", "text": action.text}
-    if k is ActionKind.KEY and action.keys == ("Enter",):
-        return {"action": "system_button", "button": "Enter"}
-    if k is ActionKind.KEY and action.keys[0] in _ADB_NAMES:
-        return {"action": "key", "text": _ADB_NAMES[action.keys[0]]}
-    if k is ActionKind.BACK:
-        return {"action": "system_button", "button": "Back"}
-    if k is ActionKind.HOME:
-        return {"action": "system_button", "button": "Home"}
-    if k is ActionKind.OPEN_APP:
-        return {"action": "open", "text": action.text}
-    if k is ActionKind.WAIT:
-        return {"action": "wait", "time": action.duration_s}
-    if k is ActionKind.FINISH:
-        return {"action": "terminate", "status": "success"}
-    if k is ActionKind.INFEASIBLE:
-        return {"action": "terminate", "status": "failure"}
-    return None
-
-
-def render_step(action: Action, space: ModelSpace, tool: str) -> str:
-    """A past action as the family writes it: the tool-call JSON in model pixels, or, for an action
-    the tool cannot express, its short description."""
-    args = (_computer_args if tool == "computer_use" else _mobile_args)(action, space)
-    if args is None:
-        return action.describe()
-    return json.dumps({"name": tool, "arguments": args}, ensure_ascii=False)
-
-
-def _last_cursor(history: Sequence[HistoryEntry]) -> Point | None:
-    for entry in reversed(history):
-        if entry.executed and entry.action is not None:
-            a = entry.action
-            if a.kind is ActionKind.DRAG:
-                return a.end
-            if a.point is not None:
-                return a.point
-    return None
-
-
-# -- the format -------------------------------------------------------------------------------------
+__all__ = ["Qwen25VLFormat"]
 
 _TOOL_CALL = re.compile(r"<tool_call>")
-_TOOL_END = "</tool_call>"
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?")
 _XML_POINT = re.compile(r"<points?\s+([^>]*?)>")
 _XML_ATTR = re.compile(r"([xy])(\d+)\s*=\s*\"\s*(-?[0-9.]+)\s*\"")
@@ -457,7 +111,7 @@ class Qwen25VLFormat:
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
     ) -> Prompt:
         variant = self._variant(preset)
-        self._cursor = _last_cursor(history)
+        self._cursor = last_cursor(history)
         if variant == "grounding":
             target = re.sub(r"^\s*the\s+", "", task.strip(), flags=re.IGNORECASE)
             return Prompt([
@@ -488,7 +142,7 @@ class Qwen25VLFormat:
         variant = self._variant(preset)
         if variant == "grounding":
             return self._parse_grounding(text, space)
-        cursor = _last_cursor(history) if history is not None else self._cursor
+        cursor = last_cursor(history) if history is not None else self._cursor
         return self._parse_tool_calls(text, space, variant, cursor)
 
     # grounding
@@ -522,7 +176,7 @@ class Qwen25VLFormat:
                                        f"{type(item).__name__}", text, pos)
             if "bbox_2d" in item:
                 box = item["bbox_2d"]
-                if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(_is_number(v) for v in box):
+                if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(is_number(v) for v in box):
                     raise FormatParseError(f"bbox_2d must be [x1, y1, x2, y2] with four numbers, got "
                                            f"{json.dumps(box, ensure_ascii=False)[:80]}", text, pos)
                 (xa, ya), pa = model_point(space, box[:2], "bbox_2d corner (x1, y1)", text, pos)
@@ -635,7 +289,7 @@ class Qwen25VLFormat:
             if default is None:
                 raise FormatParseError(f"action {action!r} needs {key!r}", text, pos)
             return default
-        if not _is_number(value):
+        if not is_number(value):
             raise FormatParseError(f"{action} {key} must be a number, got {value!r}", text, pos)
         return float(value)
 
@@ -711,7 +365,7 @@ class Qwen25VLFormat:
                                duration_s=self._number(args, "time", name, text, pos, default=1.0)), mps
         if name == "terminate":
             return self._terminate(args, text, pos), mps
-        valid = ", ".join(a for a, _ in _COMPUTER_ACTIONS)
+        valid = ", ".join(a for a, _ in COMPUTER_ACTIONS)
         raise FormatParseError(f"unknown computer_use action {name!r}; valid actions: {valid}", text, pos)
 
     def _mobile_action(self, args: dict[str, Any], space: ModelSpace, text: str, pos: int,
@@ -772,7 +426,7 @@ class Qwen25VLFormat:
                                duration_s=self._number(args, "time", name, text, pos, default=1.0)), mps
         if name == "terminate":
             return self._terminate(args, text, pos), mps
-        valid = ", ".join(a for a, _ in _MOBILE_ACTIONS)
+        valid = ", ".join(a for a, _ in MOBILE_ACTIONS)
         raise FormatParseError(f"unknown mobile_use action {name!r}; valid actions: {valid}", text, pos)
 
     @staticmethod
