@@ -11,7 +11,7 @@ from devices.actions import Action, ActionKind
 from devices.base import Observation
 
 
-class Verdict(str, Enum):
+class GuardVerdict(str, Enum):
     ALLOW = "allow"
     CONFIRM = "confirm"
     REFUSE = "refuse"
@@ -19,7 +19,7 @@ class Verdict(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class GuardDecision:
-    verdict: Verdict
+    verdict: GuardVerdict
     reason: str = ""
 
 
@@ -33,7 +33,7 @@ class AllowAll:
     """The default guard: everything is allowed."""
 
     def check(self, action: Action, observation: Observation) -> GuardDecision:
-        return GuardDecision(Verdict.ALLOW)
+        return GuardDecision(GuardVerdict.ALLOW)
 
 
 class KindGuard:
@@ -55,14 +55,14 @@ class KindGuard:
 
     def check(self, action: Action, observation: Observation) -> GuardDecision:
         if action.kind in self.refuse:
-            return GuardDecision(Verdict.REFUSE, f"{action.kind.value} is refused by guard.refuse")
+            return GuardDecision(GuardVerdict.REFUSE, f"{action.kind.value} is refused by guard.refuse")
         if action.kind in self.confirm_kinds:
             if self.confirm is None:
-                return GuardDecision(Verdict.REFUSE, f"{action.kind.value} needs confirmation and no terminal is attached")
+                return GuardDecision(GuardVerdict.REFUSE, f"{action.kind.value} needs confirmation and no terminal is attached")
             if self.confirm(action):
-                return GuardDecision(Verdict.ALLOW, "confirmed by the user")
-            return GuardDecision(Verdict.REFUSE, "the user said no")
-        return GuardDecision(Verdict.ALLOW)
+                return GuardDecision(GuardVerdict.ALLOW, "confirmed by the user")
+            return GuardDecision(GuardVerdict.REFUSE, "the user said no")
+        return GuardDecision(GuardVerdict.ALLOW)
 
 
 class RegionGuard:
@@ -86,9 +86,9 @@ class RegionGuard:
                 continue
             for r in self.regions:
                 if r[0] <= point.x <= r[2] and r[1] <= point.y <= r[3]:
-                    return GuardDecision(Verdict.REFUSE, f"({point.x:.3f}, {point.y:.3f}) is inside the forbidden "
+                    return GuardDecision(GuardVerdict.REFUSE, f"({point.x:.3f}, {point.y:.3f}) is inside the forbidden "
                                                          f"region {list(r)} (guard.forbidden_regions)")
-        return GuardDecision(Verdict.ALLOW)
+        return GuardDecision(GuardVerdict.ALLOW)
 
 
 class GuardChain:
@@ -100,6 +100,6 @@ class GuardChain:
     def check(self, action: Action, observation: Observation) -> GuardDecision:
         for guard in self.guards:
             decision = guard.check(action, observation)
-            if decision.verdict is not Verdict.ALLOW:
+            if decision.verdict is not GuardVerdict.ALLOW:
                 return decision
-        return GuardDecision(Verdict.ALLOW)
+        return GuardDecision(GuardVerdict.ALLOW)

@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.guard import AllowAll, Guard, GuardDecision, Verdict
+from agent.guard import AllowAll, Guard, GuardDecision, GuardVerdict as Verdict
 from agent.secrets import MASK, PLACEHOLDER, Secrets
 from devices.actions import Action, ActionKind, TERMINAL_KINDS
 from devices.base import ActionResult, Device, Observation
 from devices.errors import DeviceError, UnsupportedAction
 from envs.errors import EnvError
 from envs.records import EpisodeRecord, Outcome, StepRecord
-from envs.tasks import Verdict as TaskVerdict
+from envs.tasks import TaskVerdict
 from envs.trajectory import EpisodeWriter
 from policy.base import Decision, HistoryEntry, Policy
 from policy.errors import PolicyError, PolicyParseError

@@ -5,23 +5,38 @@
     await env.close()
 
 ``terminated`` means the task's checker decided (success or failure, read from device state, never
-from what the agent claims); ``truncated`` means the step budget ran out. ``info["instruction"]``
-(after reset) is the task's instruction. Where an environment can judge an action before it is
-executed, ``await env.verify(candidates)`` scores each candidate with a ``StepVerdict``: does this
-point land on the element this step needs (from the DOM, the UI hierarchy or a generator's ground
-truth). Environments that cannot verify steps return None.
+from what the agent claims); ``truncated`` means the step budget ran out, which is the job of one
+wrapper, ``envs.wrappers.TimeLimit`` (``envs.registry.make`` applies it, as Gymnasium's ``make``
+does), not of each environment. ``info["instruction"]`` (after reset) is the task's instruction.
+Where an environment can judge an action before it is executed, ``await env.verify(candidates)``
+scores each candidate with a ``StepVerdict``: does this point land on the element this step needs
+(from the DOM, the UI hierarchy or a generator's ground truth). Environments that cannot verify
+steps return None.
+
+What a step's ``info`` may hold, read by the episode runner (``agent/runner.py``):
+
+- ``"effect"``: a ``StepEffect``, what performing the action did on the device (the element under
+  the point, whether text went into a password field, how the screen settled, seconds per phase).
+  Environments act through ``perform(device, action)``, which acts, settles and times both.
+- ``"success"`` and ``"verdict"``: the task checker's judgement, when the step ended the episode.
+- ``"dry_run"``: True when the action was deliberately not performed (``envs.wrappers.DryRun``).
+
+``rewarded`` (an attribute, True unless said otherwise) is False for an environment without a
+checker: its rewards are all 0 and mean nothing, so records of its episodes store no return.
 
 Every registered environment passes ``check_env`` (envs/conformance.py).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from devices.actions import Action
-from devices.base import Observation
+from devices.base import ActionResult, Device, Observation
+from devices.settle import SettleResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +49,43 @@ class StepVerdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class StepEffect:
+    """What performing one action did on the device (``info["effect"]`` of a step)."""
+
+    result: ActionResult
+    settle: SettleResult | None = None
+    """None when the environment did not wait for the screen to settle."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per phase inside the step: ``act``, ``settle`` (and ``observe``, ``check`` where measured)."""
+
+
+async def perform(device: Device, action: Action, *, settle: bool = True) -> StepEffect:
+    """Act on ``device``, then wait until its screen stops changing; the one way environments act."""
+    t0 = time.perf_counter()
+    result = await device.act(action)
+    t1 = time.perf_counter()
+    settled = await device.settle() if settle else None
+    timings = {"act": t1 - t0}
+    if settled is not None:
+        timings["settle"] = time.perf_counter() - t1
+    return StepEffect(result, settled, timings)
+
+
+async def timed_observe(device: Device, effect: StepEffect | None) -> Observation:
+    """``device.observe()``, its seconds added to ``effect.timings["observe"]`` when there is an effect."""
+    t0 = time.perf_counter()
+    obs = await device.observe()
+    if effect is not None:
+        effect.timings["observe"] = effect.timings.get("observe", 0.0) + time.perf_counter() - t0
+    return obs
+
+
 @runtime_checkable
 class Env(Protocol):
-    """A task environment on a device."""
+    """A task environment on a device. The step budget is not part of it: see ``envs.wrappers``."""
 
     name: str
-    max_steps: int
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                     ) -> tuple[Observation, dict[str, Any]]: ...

@@ -10,6 +10,7 @@ from devices.actions import Action, ActionKind, Point
 from devices.base import Observation
 from envs.base import Env, StepVerdict
 from envs.errors import EnvError
+from envs.wrappers import TimeLimit
 
 
 class ConformanceError(EnvError, AssertionError):
@@ -31,9 +32,10 @@ def _check_obs(env: Any, obs: Any, where: str) -> None:
 async def check_env(env: Any, seeds: tuple[int, int] = (0, 1)) -> None:
     """Raise ConformanceError on the first broken rule; closes the environment at the end."""
     try:
-        _require(isinstance(env, Env), env, "does not implement envs.base.Env (name, max_steps, reset, step, verify, close)")
+        _require(isinstance(env, Env), env, "does not implement envs.base.Env (name, reset, step, verify, close)")
         _require(isinstance(env.name, str) and env.name, env, "name must be a non-empty string")
-        _require(isinstance(env.max_steps, int) and env.max_steps >= 1, env, "max_steps must be a positive int")
+        _require(isinstance(env, TimeLimit) and env.max_steps >= 1, env,
+                 "must come from envs.registry.make, wrapped in TimeLimit with a step budget of at least 1")
         first: dict[int, tuple[str, np.ndarray]] = {}
         for seed in (*seeds, seeds[0]):
             obs, info = await env.reset(seed=seed)

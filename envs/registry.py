@@ -1,4 +1,9 @@
-"""The environment registry: names -> factories, listed by `agent envs`."""
+"""The environment registry: names -> factories, listed by `agent envs`.
+
+``make(name)`` builds the environment and wraps it in ``TimeLimit`` with the step budget its
+registration names (``max_steps=`` overrides it), as Gymnasium's ``make`` does with
+``max_episode_steps``: the budget lives in one wrapper, not in every environment.
+"""
 
 from __future__ import annotations
 
@@ -25,20 +30,29 @@ class EnvSpec:
     suite: str
     description: str = ""
     kwargs: tuple[tuple[str, Any], ...] = ()
+    max_steps: int = 10
+    """The step budget ``make`` gives the environment (``TimeLimit``) unless told another."""
 
-    def make(self, **overrides: Any) -> Any:
+    def make(self, *, max_steps: int | None = None, **overrides: Any) -> Any:
+        """The environment, wrapped in ``TimeLimit(max_steps or self.max_steps)``."""
+        from envs.wrappers import TimeLimit
+
         module, attr = self.entry_point.split(":")
         factory: Callable[..., Any] = getattr(importlib.import_module(module), attr)
-        return factory(**{**dict(self.kwargs), **overrides})
+        return TimeLimit(factory(**{**dict(self.kwargs), **overrides}), self.max_steps if max_steps is None else max_steps)
 
 
 REGISTRY: dict[str, EnvSpec] = {}
 
 
-def register(name: str, entry_point: str, suite: str, description: str = "", **kwargs: Any) -> None:
+def register(name: str, entry_point: str, suite: str, description: str = "", *, max_steps: int = 10,
+             **kwargs: Any) -> None:
+    """Register ``name``; ``kwargs`` go to the factory, ``max_steps`` is the default step budget."""
     if name in REGISTRY:
         raise EnvError(f"environment {name!r} is registered twice")
-    REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()))
+    if max_steps < 1:
+        raise EnvError(f"environment {name!r}: max_steps={max_steps} must be at least 1")
+    REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()), max_steps)
 
 
 def spec(name: str) -> EnvSpec:
@@ -51,8 +65,9 @@ def spec(name: str) -> EnvSpec:
     return REGISTRY[name]
 
 
-def make(name: str, **kwargs: Any) -> Any:
-    return spec(name).make(**kwargs)
+def make(name: str, *, max_steps: int | None = None, **kwargs: Any) -> Any:
+    """The registered environment ``name``, in a ``TimeLimit`` (see the module docstring)."""
+    return spec(name).make(max_steps=max_steps, **kwargs)
 
 
 def all_specs(suite: str | None = None) -> list[EnvSpec]:

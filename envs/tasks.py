@@ -14,7 +14,7 @@ from envs.errors import EnvError
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class TaskVerdict:
     """A checker's judgement: success, the reward it is worth, and what was looked at."""
 
     success: bool
@@ -47,14 +47,14 @@ class ClickTask:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "page": self.page, "checker": f"last clicked button is #{self.target_id}"}
 
-    async def check(self, device: PageDevice) -> Verdict:
+    async def check(self, device: PageDevice) -> TaskVerdict:
         state = await device.evaluate(
             "() => ({clicked: document.body.dataset.clicked || null, clicks: (window.handeye || {}).clicks || []})"
         )
         if not isinstance(state, dict):
             raise EnvError(f"task {self.name}: the page returned {json.dumps(state)} instead of its state")
         success = state.get("clicked") == self.target_id
-        return Verdict(success, 1.0 if success else 0.0, {"expected": self.target_id, **state})
+        return TaskVerdict(success, 1.0 if success else 0.0, {"expected": self.target_id, **state})
 
 
 BUILTIN_TASKS: dict[str, ClickTask] = {

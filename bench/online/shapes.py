@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from devices.actions import Action, ActionKind
-from envs.base import OwnsDevice, StepVerdict
+from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
 from envs.errors import EnvError
 from envs.registry import REGISTRY, register
-from envs.tasks import Verdict
+from envs.tasks import TaskVerdict
 
 SIZE = 224
 NAME = "bench/shapes"
@@ -44,12 +44,11 @@ def _png(image: np.ndarray) -> str:
 class ShapesEnv(OwnsDevice):
     """Shape screens in a browser (see the module docstring)."""
 
-    def __init__(self, distractors: int = 3, background: str = "gradient", max_steps: int = 3, device: Any = None,
+    def __init__(self, distractors: int = 3, background: str = "gradient", device: Any = None,
                  env_name: str = NAME) -> None:
-        self.name, self.distractors, self.background, self.max_steps = env_name, distractors, background, max_steps
+        self.name, self.distractors, self.background = env_name, distractors, background
         self._adopt_device(device)
         self.screen: Any = None
-        self.steps = 0
         self.done = False
 
     async def _ensure_device(self) -> Any:
@@ -69,7 +68,7 @@ class ShapesEnv(OwnsDevice):
         self.screen = make_screen(np.random.default_rng(seed), self.distractors, self.background)
         device = await self._ensure_device()
         await device.page.set_content(_PAGE.format(s=SIZE, png=_png(self.screen.image)), wait_until="load")
-        self.steps, self.done = 0, False
+        self.done = False
         obs = await device.observe()
         if obs.size != (SIZE, SIZE):
             raise EnvError(f"{self.name}: the frame is {obs.size}, expected {SIZE}x{SIZE} (device pixel ratio 1)")
@@ -82,26 +81,24 @@ class ShapesEnv(OwnsDevice):
     async def step(self, action: Action) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         if self.screen is None or self.done:
             raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
-        self.steps += 1
-        verdict: Verdict | None
+        verdict: TaskVerdict | None
+        effect = None
         if action.kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
-            verdict = Verdict(False, 0.0, {"reason": f"{action.kind.value} on a screen whose target is there"})
+            verdict = TaskVerdict(False, 0.0, {"reason": f"{action.kind.value} on a screen whose target is there"})
         else:
-            await self.device.act(action)
+            effect = await perform(self.device, action, settle=False)  # a static image: nothing to wait for
             clicks = await self.device.evaluate("() => window.handeye.clicks")
             verdict = None
             if clicks:
                 x, y = clicks[0]
                 ok = self._inside(x, y)
-                verdict = Verdict(ok, 1.0 if ok else 0.0, {"click": [x, y], "box": list(self.screen.box)})
-        terminated = verdict is not None
-        truncated = not terminated and self.steps >= self.max_steps
-        self.done = terminated or truncated
-        obs = await self.device.observe()
-        info: dict[str, Any] = {"steps": self.steps}
+                verdict = TaskVerdict(ok, 1.0 if ok else 0.0, {"click": [x, y], "box": list(self.screen.box)})
+        terminated = self.done = verdict is not None
+        obs = await timed_observe(self.device, effect)
+        info: dict[str, Any] = {} if effect is None else {"effect": effect}
         if verdict is not None:
             info["success"], info["verdict"] = verdict.success, verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, truncated, info
+        return obs, verdict.reward if verdict else 0.0, terminated, False, info
 
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict]:
         out = []
@@ -115,7 +112,8 @@ class ShapesEnv(OwnsDevice):
 
 
 if NAME not in REGISTRY:
-    register(NAME, "bench.online.shapes:ShapesEnv", "bench", "find a coloured shape on a 224 px screen (benchmark)")
+    register(NAME, "bench.online.shapes:ShapesEnv", "bench", "find a coloured shape on a 224 px screen (benchmark)",
+             max_steps=3)
     from agent.online import DEVICE_KINDS
 
     DEVICE_KINDS.setdefault("bench", "web")

@@ -5,7 +5,7 @@ Registration connects to nothing: the environment reaches its phone on the first
 """
 
 from envs.android.env import AndroidTaskEnv
-from envs.android.tasks import TASKS, AndroidTask, PlanStep, StepKind
+from envs.android.tasks import TASKS, AndroidTask, PhoneStep, StepKind
 from envs.registry import register
 
 _ENTRY = "envs.android.env:AndroidTaskEnv"
@@ -16,11 +16,11 @@ _ENVS = {
     "android/brightness": ("set the brightness to its maximum or minimum (checked: system screen_brightness)",
                            "brightness"),
     "android/open-app": ("open a named app (checked: the resumed activity's package)", "open-app"),
-    "android/create-note": ("create a named note with given text (checked: the file under /sdcard/Notes)",
+    "android/create-note": ("create a named note in the test device's notes app (checked: its file in /sdcard/Notes)",
                             "create-note"),
 }
 
 for _name, (_description, _task) in _ENVS.items():
-    register(_name, _ENTRY, "android", _description, env_name=_name, task=_task)
+    register(_name, _ENTRY, "android", _description, env_name=_name, task=_task, max_steps=TASKS[_task].max_steps)
 
-__all__ = ["TASKS", "AndroidTask", "AndroidTaskEnv", "PlanStep", "StepKind"]
+__all__ = ["TASKS", "AndroidTask", "AndroidTaskEnv", "PhoneStep", "StepKind"]

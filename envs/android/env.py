@@ -7,9 +7,10 @@ runs the task's set-up and returns the first frame with the instruction.
 Outcomes: after every executed action the task's checker reads the phone; once the goal holds the
 episode terminates with reward 1. ``finish`` is checked like any step (the goal would already have
 ended the episode, so a finish is 0 unless the phone was changed from outside), and ``infeasible``
-is 0 (every task here is feasible); both terminate. Otherwise the episode runs until ``max_steps``
-(truncated). ``verify`` scores candidates against the task's ``next_step``, read from the UI
-hierarchy; ``oracle`` plays those steps until the episode ends.
+is 0 (every task here is feasible); both terminate. Otherwise the episode runs until its step
+budget (``TimeLimit``; each task class names its own ``max_steps``) truncates it. ``verify``
+scores candidates against the task's ``next_step``, read from the UI hierarchy; ``oracle`` plays
+those steps until the episode ends.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any
 from devices.actions import Action, ActionKind, Point
 from devices.android import AndroidConfig, AndroidDevice
 from devices.base import Observation
-from envs.android.tasks import TASKS, AndroidTask, PlanStep, StepKind
-from envs.base import OwnsDevice, StepVerdict
+from envs.android.tasks import TASKS, AndroidTask, PhoneStep, StepKind
+from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
 from envs.errors import EnvError
-from envs.tasks import Verdict
+from envs.tasks import TaskVerdict
 
 
 class AndroidTaskEnv(OwnsDevice):
@@ -37,7 +38,6 @@ class AndroidTaskEnv(OwnsDevice):
         adb_port: int = 5037,
         adb_host: str = "127.0.0.1",
         device: AndroidDevice | None = None,
-        max_steps: int | None = None,
         env_name: str | None = None,
     ) -> None:
         if isinstance(task, str):
@@ -46,16 +46,12 @@ class AndroidTaskEnv(OwnsDevice):
             task = TASKS[task]
         self.task_class = task
         self.name = env_name or f"android/{task.name}"
-        self.max_steps = max_steps if max_steps is not None else task.max_steps
-        if self.max_steps < 1:
-            raise EnvError(f"max_steps={self.max_steps} must be at least 1")
         self.config = AndroidConfig(serial=serial, adb_host=adb_host, adb_port=adb_port)
         self._adopt_device(device)
         self._rng = random.Random()
         self.task: AndroidTask | None = None
         self._set_up = False
         self._last_tap: tuple[float, float] | None = None
-        self.steps = 0
         self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -85,7 +81,6 @@ class AndroidTaskEnv(OwnsDevice):
         await self.task.set_up(device)
         self._set_up = True
         self._last_tap = None
-        self.steps = 0
         self.done = False
         obs = await device.observe()
         info = {"instruction": self.task.instruction, "task": self.task.name, "params": self.task.params(),
@@ -104,7 +99,7 @@ class AndroidTaskEnv(OwnsDevice):
             raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
         return self.task
 
-    async def check(self) -> Verdict:
+    async def check(self) -> TaskVerdict:
         """The task's state read from the phone now (success or not yet)."""
         return await self._task().check(self.device)
 
@@ -112,28 +107,26 @@ class AndroidTaskEnv(OwnsDevice):
         task = self._task()
         if self.done:
             raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        self.steps += 1
+        effect = None
         if action.kind is ActionKind.INFEASIBLE:
-            verdict: Verdict | None = Verdict(False, 0.0, {"reason": "declared infeasible; the task is feasible"})
+            verdict: TaskVerdict | None = TaskVerdict(False, 0.0, {"reason": "declared infeasible; the task is feasible"})
         elif action.kind is ActionKind.FINISH:
             verdict = await task.check(self.device)
             if not verdict.success:
-                verdict = Verdict(False, 0.0, {**verdict.details, "reason": "finished before the task was done"})
+                verdict = TaskVerdict(False, 0.0, {**verdict.details, "reason": "finished before the task was done"})
         else:
-            await self.device.act(action)
+            effect = await perform(self.device, action)
             self._track_focus(action)
             verdict = await task.check(self.device)
             if not verdict.success:
                 verdict = None
-        terminated = verdict is not None
-        truncated = not terminated and self.steps >= self.max_steps
-        self.done = terminated or truncated
-        obs = await self.device.observe()
-        info: dict[str, Any] = {"steps": self.steps}
+        terminated = self.done = verdict is not None
+        obs = await timed_observe(self.device, effect)
+        info: dict[str, Any] = {} if effect is None else {"effect": effect}
         if verdict is not None:
             info["success"] = verdict.success
             info["verdict"] = verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, truncated, info
+        return obs, verdict.reward if verdict else 0.0, terminated, False, info
 
     def _track_focus(self, action: Action) -> None:
         """Remember the last tap: text goes to the field it focused until something else happens."""
@@ -144,10 +137,10 @@ class AndroidTaskEnv(OwnsDevice):
             self._last_tap = None
 
     # -- ground truth ---------------------------------------------------------------------------
-    async def current_step(self) -> PlanStep:
+    async def current_step(self) -> PhoneStep:
         """The step the task needs now (FINISH once the episode is over)."""
         if self.done:
-            return PlanStep(StepKind.FINISH)
+            return PhoneStep(StepKind.FINISH)
         return await self._task().next_step(self.device, self._last_tap)
 
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict]:
@@ -156,17 +149,18 @@ class AndroidTaskEnv(OwnsDevice):
         return [_judge(a, needed) for a in candidates]
 
     async def oracle(self) -> tuple[float, list[Action]]:
-        """Play the ground-truth steps until the episode ends: (the last reward, the actions taken)."""
+        """Play the ground-truth steps until the episode ends, at most the task's ``max_steps``:
+        (the last reward, the actions taken)."""
         actions: list[Action] = []
         reward = 0.0
-        while not self.done:
+        while not self.done and len(actions) < self.task_class.max_steps:
             action = action_for(await self.current_step())
             actions.append(action)
             _, reward, _, _, _ = await self.step(action)
         return reward, actions
 
 
-def action_for(step: PlanStep) -> Action:
+def action_for(step: PhoneStep) -> Action:
     """The action that carries out a plan step."""
     if step.kind is StepKind.FINISH:
         return Action(ActionKind.FINISH)
@@ -181,7 +175,7 @@ def action_for(step: PlanStep) -> Action:
     return Action(ActionKind.CLICK, point=Point((b.x1 + b.x2) / 2, (b.y1 + b.y2) / 2))
 
 
-def _judge(action: Action, needed: PlanStep) -> StepVerdict:
+def _judge(action: Action, needed: PhoneStep) -> StepVerdict:
     def verdict(ok: bool, reason: str) -> StepVerdict:
         return StepVerdict(ok, 1.0 if ok else 0.0, reason, {"needed": needed.to_dict()})
 

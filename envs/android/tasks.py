@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 from devices.android import UiElement
 from devices.base import Box
 from envs.errors import EnvError
-from envs.tasks import Verdict
+from envs.tasks import TaskVerdict
 
 SETTINGS_PACKAGE = "com.android.settings"
 NOTES_PACKAGE = "com.example.notes"
@@ -54,7 +54,7 @@ class StepKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class PlanStep:
+class PhoneStep:
     """What the task needs next. ``box``: the element a click (or typing with a point) must land in;
     for OPEN_APP, the launcher icon that opens the app when one is on screen."""
 
@@ -104,11 +104,11 @@ def _element(elements: list[UiElement], resource_id: str) -> UiElement | None:
     return next((e for e in elements if e.resource_id == resource_id), None)
 
 
-async def _open_step(device: TaskDevice, package: str, label: str) -> PlanStep:
+async def _open_step(device: TaskDevice, package: str, label: str) -> PhoneStep:
     """Open ``package``: by name, or by its launcher button when one is on screen."""
     icon = next((e for e in await device.ui_elements()
                  if e.clickable and e.text.strip().lower() == label.lower()), None)
-    return PlanStep(StepKind.OPEN_APP, package=package, label=label, box=icon.box if icon else None)
+    return PhoneStep(StepKind.OPEN_APP, package=package, label=label, box=icon.box if icon else None)
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -133,13 +133,13 @@ class AndroidTask(ABC):
     async def set_up(self, device: TaskDevice) -> None: ...
 
     @abstractmethod
-    async def check(self, device: TaskDevice) -> Verdict: ...
+    async def check(self, device: TaskDevice) -> TaskVerdict: ...
 
     async def tear_down(self, device: TaskDevice) -> None:  # noqa: B027 - most tasks restore something
         """Undo set-up's changes (the default: nothing to undo)."""
 
     @abstractmethod
-    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PlanStep:
+    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PhoneStep:
         """The step the task needs now; ``last_tap`` is the last executed tap (for text focus)."""
 
 
@@ -177,25 +177,25 @@ class ToggleSettingTask(AndroidTask):
         if await self._value(device) != ("0" if self.on else "1"):
             raise TaskSetupError(f"{self.label} did not switch {'off' if self.on else 'on'} during set-up")
 
-    async def check(self, device: TaskDevice) -> Verdict:
+    async def check(self, device: TaskDevice) -> TaskVerdict:
         value = await self._value(device)
         ok = value == ("1" if self.on else "0")
-        return Verdict(ok, 1.0 if ok else 0.0, {f"{self.setting}_on": value, "goal_on": self.on})
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {f"{self.setting}_on": value, "goal_on": self.on})
 
     async def tear_down(self, device: TaskDevice) -> None:
         if self._original in ("0", "1"):
             await self._set(device, self._original == "1")
         self._original = None
 
-    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PlanStep:
+    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PhoneStep:
         if (await self.check(device)).success:
-            return PlanStep(StepKind.FINISH)
+            return PhoneStep(StepKind.FINISH)
         if await foreground_package(device) != SETTINGS_PACKAGE:
             return await _open_step(device, SETTINGS_PACKAGE, "Settings")
         switch = _element(await device.ui_elements(), f"{SETTINGS_PACKAGE}:id/{self.setting}")
         if switch is None:
             raise EnvError(f"the Settings screen shows no {self.label} switch")
-        return PlanStep(StepKind.CLICK, label=self.label, box=switch.box)
+        return PhoneStep(StepKind.CLICK, label=self.label, box=switch.box)
 
 
 class WifiTask(ToggleSettingTask):
@@ -247,10 +247,10 @@ class BrightnessTask(AndroidTask):
         if await self._level(device) != str(self.start):
             raise TaskSetupError(f"the brightness did not change to {self.start} during set-up")
 
-    async def check(self, device: TaskDevice) -> Verdict:
+    async def check(self, device: TaskDevice) -> TaskVerdict:
         level = await self._level(device)
         ok = level == str(self.target)
-        return Verdict(ok, 1.0 if ok else 0.0, {"screen_brightness": level, "target": self.target})
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {"screen_brightness": level, "target": self.target})
 
     async def tear_down(self, device: TaskDevice) -> None:
         if self._original is not None:
@@ -259,9 +259,9 @@ class BrightnessTask(AndroidTask):
                     await run(device, f"settings put system {key} {value}", "restore the brightness")
         self._original = None
 
-    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PlanStep:
+    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PhoneStep:
         if (await self.check(device)).success:
-            return PlanStep(StepKind.FINISH)
+            return PhoneStep(StepKind.FINISH)
         if await foreground_package(device) != SETTINGS_PACKAGE:
             return await _open_step(device, SETTINGS_PACKAGE, "Settings")
         slider = _element(await device.ui_elements(), f"{SETTINGS_PACKAGE}:id/brightness")
@@ -270,7 +270,7 @@ class BrightnessTask(AndroidTask):
         b = slider.box
         end = SLIDER_END * (b.x2 - b.x1)
         box = Box(b.x2 - end, b.y1, b.x2, b.y2) if self.goal == "max" else Box(b.x1, b.y1, b.x1 + end, b.y2)
-        return PlanStep(StepKind.CLICK, label="brightness slider", box=box)
+        return PhoneStep(StepKind.CLICK, label="brightness slider", box=box)
 
 
 APPS = (("Notes", NOTES_PACKAGE), ("List", "com.example.list"), ("Settings", SETTINGS_PACKAGE),
@@ -303,14 +303,14 @@ class OpenAppTask(AndroidTask):
         if await foreground_package(device) == self.package:
             raise TaskSetupError(f"{self.app} is still in the foreground after set-up")
 
-    async def check(self, device: TaskDevice) -> Verdict:
+    async def check(self, device: TaskDevice) -> TaskVerdict:
         package = await foreground_package(device)
         ok = package == self.package
-        return Verdict(ok, 1.0 if ok else 0.0, {"foreground": package, "expected": self.package})
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {"foreground": package, "expected": self.package})
 
-    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PlanStep:
+    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PhoneStep:
         if (await self.check(device)).success:
-            return PlanStep(StepKind.FINISH)
+            return PhoneStep(StepKind.FINISH)
         return await _open_step(device, self.package, self.app)
 
 
@@ -321,9 +321,13 @@ _BODIES = ("Buy milk and eggs", "Call the dentist at noon", "Pack the blue charg
 
 
 class CreateNoteTask(AndroidTask):
-    """Create a note in the Notes app (AndroidWorld's MarkorCreateNote): its file must exist under
-    /sdcard/Notes with the right text. The app saves the field's first line as the note's name and
-    the rest as its text."""
+    """Create a note in a notes app: its file must exist under /sdcard/Notes with the right text.
+
+    This task targets the notes app of handeye's protocol-level test device
+    (``tests/support/fake_adbd.py``, package ``com.example.notes``), which saves the field's first
+    line as the note's name and the rest as its text. It follows AndroidWorld's MarkorCreateNote;
+    on a real phone it needs an app that behaves the same way (Markor saves differently), so treat
+    it as a template for your own app's checker."""
 
     name = "create-note"
     max_steps = 8
@@ -364,19 +368,19 @@ class CreateNoteTask(AndroidTask):
         if await self._exists(device):
             raise TaskSetupError(f"{self.path} still exists after set-up")
 
-    async def check(self, device: TaskDevice) -> Verdict:
+    async def check(self, device: TaskDevice) -> TaskVerdict:
         if not await self._exists(device):
-            return Verdict(False, 0.0, {"exists": False, "path": self.path})
+            return TaskVerdict(False, 0.0, {"exists": False, "path": self.path})
         content, rc = await device.shell_rc(f"cat {shlex.quote(self.path)}", "read the note")
         ok = rc == 0 and content.strip() == self.body
-        return Verdict(ok, 1.0 if ok else 0.0, {"exists": True, "path": self.path, "content": content.strip()[:200]})
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {"exists": True, "path": self.path, "content": content.strip()[:200]})
 
     async def tear_down(self, device: TaskDevice) -> None:
         await run(device, f"rm -f {shlex.quote(self.path)}", "remove the note")
 
-    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PlanStep:
+    async def next_step(self, device: TaskDevice, last_tap: tuple[float, float] | None) -> PhoneStep:
         if (await self.check(device)).success:
-            return PlanStep(StepKind.FINISH)
+            return PhoneStep(StepKind.FINISH)
         if await foreground_package(device) != NOTES_PACKAGE:
             return await _open_step(device, NOTES_PACKAGE, "Notes")
         elements = await device.ui_elements()
@@ -386,13 +390,13 @@ class CreateNoteTask(AndroidTask):
             raise EnvError("the Notes screen shows no note field or Save button")
         shown, wanted = field.text, self.text.replace("\n", " ")  # the field shows line breaks as spaces
         if shown == wanted:
-            return PlanStep(StepKind.CLICK, label="Save", box=save.box)
+            return PhoneStep(StepKind.CLICK, label="Save", box=save.box)
         focused = last_tap is not None and field.box.contains(*last_tap)
         if not focused:
-            return PlanStep(StepKind.CLICK, label="note field", box=field.box)
+            return PhoneStep(StepKind.CLICK, label="note field", box=field.box)
         if wanted.startswith(shown):
-            return PlanStep(StepKind.TYPE, label="note field", box=field.box, text=self.text[len(shown):])
-        return PlanStep(StepKind.KEY, label="note field", text="Backspace")
+            return PhoneStep(StepKind.TYPE, label="note field", box=field.box, text=self.text[len(shown):])
+        return PhoneStep(StepKind.KEY, label="note field", text="Backspace")
 
 
 TASKS: dict[str, type[AndroidTask]] = {t.name: t for t in (WifiTask, BluetoothTask, BrightnessTask, OpenAppTask,

@@ -20,10 +20,10 @@ from typing import Any
 from devices.actions import Action, ActionKind
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
-from envs.base import OwnsDevice, StepVerdict
+from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
 from envs.errors import EnvError
 from envs.generated.layout import PlanStep, Role, Screen, ScreenParams, TaskKind, generate
-from envs.tasks import Verdict
+from envs.tasks import TaskVerdict
 
 _STATE_JS = """() => {
   const s = window.handeye || {clicks: [], values: {}, checked: {}};
@@ -42,20 +42,14 @@ class GeneratedEnv(OwnsDevice):
         language: str = "en",
         theme: str = "light",
         form_factor: str = "desktop",
-        max_steps: int | None = None,
         device: PlaywrightDevice | None = None,
         env_name: str | None = None,
     ) -> None:
         self.params = ScreenParams(TaskKind(task_kind), difficulty, language, theme, form_factor)
         self.name = env_name or f"generated/{task_kind}"
-        default_steps = {TaskKind.CLICK: 3, TaskKind.FORM: 8, TaskKind.ABSENT: 3}[self.params.task_kind]
-        self.max_steps = max_steps if max_steps is not None else default_steps
-        if self.max_steps < 1:
-            raise EnvError(f"max_steps={self.max_steps} must be at least 1")
         self._adopt_device(device)
         self._rng = random.Random()
         self.screen: Screen | None = None
-        self.steps = 0
         self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -79,7 +73,6 @@ class GeneratedEnv(OwnsDevice):
         device = await self._ensure_device()
         self.screen = generate(screen_seed, self.params)
         await device.page.set_content(self.screen.html, wait_until="load")
-        self.steps = 0
         self.done = False
         obs = await device.observe()
         task = self.screen.task
@@ -106,24 +99,22 @@ class GeneratedEnv(OwnsDevice):
         screen = self._screen()
         if self.done:
             raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        self.steps += 1
+        effect = None
         if action.kind is ActionKind.INFEASIBLE:
             ok = screen.task.kind is TaskKind.ABSENT
-            verdict = Verdict(ok, 1.0 if ok else 0.0, {"reason": "declared infeasible"})
+            verdict = TaskVerdict(ok, 1.0 if ok else 0.0, {"reason": "declared infeasible"})
         elif action.kind is ActionKind.FINISH:
-            verdict = await self.check() or Verdict(False, 0.0, {"reason": "finished before the task was done"})
+            verdict = await self.check() or TaskVerdict(False, 0.0, {"reason": "finished before the task was done"})
         else:
-            await self.device.act(action)
+            effect = await perform(self.device, action)
             verdict = await self.check()
-        terminated = verdict is not None
-        truncated = not terminated and self.steps >= self.max_steps
-        self.done = terminated or truncated
-        obs = await self.device.observe()
-        info: dict[str, Any] = {"steps": self.steps}
+        terminated = self.done = verdict is not None
+        obs = await timed_observe(self.device, effect)
+        info: dict[str, Any] = {} if effect is None else {"effect": effect}
         if verdict is not None:
             info["success"] = verdict.success
             info["verdict"] = verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, truncated, info
+        return obs, verdict.reward if verdict else 0.0, terminated, False, info
 
     async def _state(self) -> dict[str, Any]:
         state = await self.device.evaluate(_STATE_JS)
@@ -131,7 +122,7 @@ class GeneratedEnv(OwnsDevice):
             raise EnvError(f"{self.name}: the page returned {state!r} instead of its state")
         return state
 
-    async def check(self) -> Verdict | None:
+    async def check(self) -> TaskVerdict | None:
         """The task's outcome read from the page, or None while it is undecided."""
         screen = self._screen()
         task = screen.task
@@ -150,7 +141,7 @@ class GeneratedEnv(OwnsDevice):
             ok = clicked == task.target_ids[-1] and typed
         else:
             ok = False
-        return Verdict(ok, 1.0 if ok else 0.0, details)
+        return TaskVerdict(ok, 1.0 if ok else 0.0, details)
 
     # -- ground truth ---------------------------------------------------------------------------
     async def current_step(self) -> PlanStep | None:

@@ -1,7 +1,7 @@
 """MiniWoB++ (the ``miniwob`` package's task pages, driven from Playwright); importing this registers
 "miniwob/<task>" for every task the package ships in html/miniwob/."""
 
-from envs.miniwob.env import TARGET_TASKS, MiniWobEnv, html_root
+from envs.miniwob.env import DEFAULT_MAX_STEPS, TARGET_TASKS, MiniWobEnv, html_root
 from envs.miniwob.tasks import TASKS
 from envs.registry import register
 
@@ -14,6 +14,7 @@ for _task in TASKS:
     _description = "MiniWoB++: " + _task.replace("-", " ")
     if _task in TARGET_TASKS:
         _description += " (step-verifiable)"
-    register(f"miniwob/{_task}", _ENTRY, "miniwob", _description, task=_task, env_name=f"miniwob/{_task}")
+    register(f"miniwob/{_task}", _ENTRY, "miniwob", _description, task=_task, env_name=f"miniwob/{_task}",
+             max_steps=DEFAULT_MAX_STEPS)
 
 __all__ = ["SUPPORTED_BY_ORACLE", "TASKS", "MiniWobEnv", "html_root"]

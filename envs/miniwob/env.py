@@ -10,7 +10,7 @@ Outcome: core.js's ``core.endEpisode`` is wrapped so that the first outcome of t
 in ``window.__handeye_outcome`` whatever the page does next (it shows the START cover again at once;
 a restart would clear ``WOB_DONE_GLOBAL``), and each step reads it right after the action. Reward:
 raw reward 1 -> 1.0, anything else 0.0 (the raw and the time-scaled values are in info).
-``terminated`` when the page ended the episode; ``truncated`` at ``max_steps``. ``finish`` and
+``terminated`` when the page ended the episode (the step budget is ``TimeLimit``'s). ``finish`` and
 ``infeasible`` end the episode with 0 (every MiniWoB task is feasible and is over only when the
 page says so).
 
@@ -34,7 +34,7 @@ from typing import Any
 from devices.actions import Action, ActionKind, Point
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
-from envs.base import OwnsDevice, StepVerdict
+from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
 from envs.errors import EnvError
 from envs.site import LocalSite
 
@@ -43,6 +43,7 @@ TASK_WIDTH, TASK_HEIGHT = 160, 210
 EPISODE_MAX_TIME_MS = 1_000_000_000
 """The lifted episode timer (11.6 days; setTimeout's limit is 2**31 - 1 ms)."""
 DEFAULT_MAX_STEPS = 10
+"""The step budget ``envs.registry.make`` gives every MiniWoB++ task."""
 
 _SETUP_JS = """([maxTime]) => {
   if (typeof core !== 'object' || typeof core.startEpisodeReal !== 'function') return null;
@@ -139,7 +140,6 @@ class MiniWobEnv(OwnsDevice):
         self,
         task: str,
         zoom: float = 1.0,
-        max_steps: int = DEFAULT_MAX_STEPS,
         device: PlaywrightDevice | None = None,
         ready_timeout_s: float = 10.0,
         html_dir: str | Path | None = None,
@@ -147,18 +147,14 @@ class MiniWobEnv(OwnsDevice):
     ) -> None:
         self.task = task
         self.name = env_name or f"miniwob/{task}"
-        if max_steps < 1:
-            raise EnvError(f"{self.name}: max_steps={max_steps} must be at least 1")
         if not 0.5 <= zoom <= 4:
             raise EnvError(f"{self.name}: zoom={zoom} must be between 0.5 and 4")
-        self.max_steps = max_steps
         self.zoom = float(device.config.device_scale_factor) if device is not None else float(zoom)
         self.ready_timeout_s = ready_timeout_s
         self._html_dir = Path(html_dir) if html_dir is not None else None
         self._adopt_device(device)
         self._site: LocalSite | None = None
         self._rng = random.Random()
-        self.steps = 0
         self.done = False
         self.seed: int | None = None
         self._started = False
@@ -203,7 +199,6 @@ class MiniWobEnv(OwnsDevice):
         await self._fit_viewport((int(wrap[0]), int(wrap[1])))
         await device.evaluate(_START_JS, [episode_seed])
         await self._wait_ready()
-        self.steps = 0
         self.done = False
         self.seed = episode_seed
         self._started = True
@@ -251,23 +246,24 @@ class MiniWobEnv(OwnsDevice):
         self._require_started()
         if self.done:
             raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        self.steps += 1
-        info: dict[str, Any] = {"steps": self.steps}
+        info: dict[str, Any] = {}
+        effect = None
         if action.kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
             terminated, reward = True, 0.0
             info.update(success=False, raw_reward=None, reason=f"{action.kind.value} before the page ended the episode")
         else:
-            await self.device.act(action)
-            outcome = (await self.state())["outcome"]  # read at once: the page resets its globals on restart
+            # No settling before the outcome is read: the page restarts its episode (and clears its globals) at once.
+            effect = await perform(self.device, action, settle=False)
+            outcome = (await self.state())["outcome"]
+            info["effect"] = effect
             terminated = outcome is not None
             reward = 1.0 if terminated and outcome["raw"] == 1 else 0.0
             if terminated:
                 info.update(success=reward == 1.0, raw_reward=float(outcome["raw"]),
                             time_reward=float(outcome["reward"]), reason=outcome["reason"])
-        truncated = not terminated and self.steps >= self.max_steps
-        self.done = terminated or truncated
-        obs = await self.device.observe()
-        return obs, reward, terminated, truncated, info
+        self.done = terminated
+        obs = await timed_observe(self.device, effect)
+        return obs, reward, terminated, False, info
 
     # -- ground truth ---------------------------------------------------------------------------
     async def target(self, points: Sequence[Point | None] = ()) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from agent.eval import EvalResult, evaluate, format_table, wilson_interval
+from agent.runner import RunOptions
 from devices.actions import Action, ActionKind, Point
 from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.records import Outcome
@@ -85,7 +86,7 @@ def test_oracle_solves_everything_with_the_wilson_interval(oracle_run):
     assert result.envs["generated/click"].ci95 == pytest.approx((0.3424, 1.0), abs=5e-4)
     assert result.envs["generated/form"].mean_steps >= 2  # type (1 or 2 fields), then Submit
     assert result.envs["generated/click"].mean_steps == 1
-    assert {"reset", "decide", "verify", "step", "record"} <= set(result.overall.latency)
+    assert {"reset", "decide", "verify", "act", "settle", "record"} <= set(result.overall.latency)
     assert result.overall.latency["decide"] >= 0.15  # the tracked policy sleeps 0.15 s per decision
     table = format_table(result)
     assert [c.header for c in table.columns][:5] == ["env", "episodes", "success", "95% CI", "steps"]
@@ -143,22 +144,26 @@ def test_a_policy_clicking_the_corner_scores_zero(tmp_path):
         assert len(ep.steps) <= 2
 
 
-def test_unparseable_outputs_are_recorded_not_executed_and_use_the_budget(tmp_path):
+def test_unparseable_outputs_are_recorded_not_executed_and_bounded_by_the_parse_retries(tmp_path):
+    # The same rule as agent run (one runner): outputs that do not parse never reach env.step, so they do not use the
+    # step budget; max_parse_retries of them in a row are retried, one more aborts the episode.
     made = []
 
     def factory(env):
         made.append(env)
         return Garbage()
 
-    result = asyncio.run(evaluate(["generated/click"], factory, episodes=1, runs_dir=tmp_path))
+    result = asyncio.run(evaluate(["generated/click"], factory, episodes=1, runs_dir=tmp_path,
+                                  options=RunOptions(max_parse_retries=4)))
     (ep,) = iter_episodes(result.run_dir)
-    assert ep.record.outcome is Outcome.TRUNCATED and ep.record.reason["type"] == "StepBudget"
-    assert len(ep.steps) == 3  # generated/click's budget
+    assert ep.record.outcome is Outcome.ABORTED and ep.record.reason["type"] == "PolicyParseError"
+    assert ep.record.reason["message"].startswith("5 outputs in a row did not parse")
+    assert len(ep.steps) == 5  # more than generated/click's budget of 3: they did not use it
     for step in ep.steps:
         assert step.action is None and step.parse_error == "not JSON" and not step.executed
         assert step.raw_output == "I think I should click somewhere" and step.reward is None
         assert (ep.path / step.frame_path).exists()
-    assert made[0].steps == 0  # the env never stepped
+    assert made[0].elapsed_steps == 0  # the env never stepped
     assert result.overall.successes == 0
 
 

@@ -15,10 +15,11 @@ import pytest
 from devices.actions import Action, ActionKind, Point
 from devices.web import PlaywrightDevice, WebConfig
 from envs.conformance import ConformanceError, check_env
+from envs.wrappers import TimeLimit
 from envs.generated import GeneratedEnv
 from envs.generated.layout import DIFFICULTIES, FORM_FACTORS, Role, ScreenParams, TaskKind, generate
 from agent.oracles import GeneratedOracle as OraclePolicy
-from envs.registry import all_specs
+from envs.registry import all_specs, make
 
 ALL_PARAMS = [
     ScreenParams(kind, difficulty, language, theme, form_factor)
@@ -153,13 +154,18 @@ def test_click_on_a_distractor_gives_zero_and_verify_tells_them_apart(run, devic
 
 
 def test_blank_clicks_run_out_the_step_budget(run, device):
-    env = GeneratedEnv("click", "easy", max_steps=2, device=device)
+    # The budget is TimeLimit's (envs.registry.make applies it); the environment itself never truncates.
+    env = TimeLimit(GeneratedEnv("click", "easy", device=device), max_steps=2)
     run(env.reset(seed=0))
     blank = Action(ActionKind.CLICK, point=Point(0.0, 0.0))  # the app title: no widget
     assert run(env.step(blank))[1:4] == (0.0, False, False)
     assert run(env.step(blank))[1:4] == (0.0, False, True)
-    with pytest.raises(Exception, match="episode is over"):
-        run(env.step(blank))
+    assert env.elapsed_steps == 2
+    run(env.reset(seed=0))  # a new episode has the whole budget again
+    assert env.elapsed_steps == 0 and run(env.step(blank))[1:4] == (0.0, False, False)
+    # registered environments come with their budget: a click task is one click, a form up to eight steps
+    assert make("generated/click").max_steps == 3 and make("generated/form").max_steps == 8
+    assert make("generated/click", max_steps=5).max_steps == 5
 
 
 def test_finish_before_the_task_is_done_gives_zero(run, device):
@@ -225,7 +231,9 @@ def test_conformance_catches_a_broken_env_and_an_owned_device_closes(run):
             return obs, reward, True, True, info
 
     with pytest.raises(ConformanceError, match="both true"):
-        run(check_env(Broken("click", "easy", form_factor="phone")))
+        run(check_env(TimeLimit(Broken("click", "easy", form_factor="phone"), 3)))
+    with pytest.raises(ConformanceError, match="wrapped in TimeLimit"):
+        run(check_env(GeneratedEnv("click", "easy", form_factor="phone")))
     env = GeneratedEnv("click", "easy")
-    run(check_env(env))
+    run(check_env(TimeLimit(env, 3)))
     assert env._device is None

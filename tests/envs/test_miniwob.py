@@ -19,6 +19,8 @@ pytest.importorskip("miniwob")
 from devices.actions import Action, ActionKind, Point  # noqa: E402
 from devices.web import PlaywrightDevice, WebConfig  # noqa: E402
 from envs.conformance import check_env  # noqa: E402
+from envs.miniwob.env import DEFAULT_MAX_STEPS  # noqa: E402
+from envs.wrappers import TimeLimit  # noqa: E402
 from envs.errors import EnvError  # noqa: E402
 from agent.oracles import oracle_for
 from envs.miniwob import SUPPORTED_BY_ORACLE, TASKS, MiniWobEnv, html_root  # noqa: E402
@@ -59,7 +61,7 @@ async def _solve(env: MiniWobEnv, seed: int) -> tuple[float, bool, dict]:
     policy = oracle_for(env)
     obs, info = await env.reset(seed=seed)
     reward, info_step = 0.0, {}
-    for _ in range(env.max_steps):
+    for _ in range(DEFAULT_MAX_STEPS):
         decision = await policy.decide(info["instruction"], [], obs)
         verdicts = await env.verify([decision.action])
         assert verdicts is not None and verdicts[0].correct, (env.name, seed, verdicts)
@@ -79,7 +81,8 @@ def test_registry_holds_every_shipped_task():
     assert all(s.description for s in specs)
     assert REQUIRED_ORACLE_TASKS <= set(SUPPORTED_BY_ORACLE) <= set(TASKS)
     env = make("miniwob/click-test", max_steps=3)
-    assert isinstance(env, MiniWobEnv) and env.task == "click-test" and env.max_steps == 3
+    assert isinstance(env, TimeLimit) and isinstance(env.unwrapped, MiniWobEnv) and env.task == "click-test"
+    assert env.max_steps == 3 and make("miniwob/click-test").max_steps == DEFAULT_MAX_STEPS
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
@@ -136,7 +139,7 @@ def test_wrong_clicks_score_zero(run, device):
     with pytest.raises(EnvError, match="episode is over"):
         run(env.step(Action(ActionKind.WAIT, duration_s=0)))
     # a click on empty space decides nothing on click-button; the step budget truncates
-    env = MiniWobEnv("click-button", device=device, max_steps=2)
+    env = TimeLimit(MiniWobEnv("click-button", device=device), 2)
     run(env.reset(seed=0))
     blank = Action(ActionKind.CLICK, point=Point(0.97, 0.99))
     assert run(env.step(blank))[1:4] == (0.0, False, False)
@@ -172,7 +175,7 @@ def test_verify_marks_the_target_right_and_another_element_wrong(run, device):
 
 @pytest.mark.parametrize("task", ["click-test", "click-button", "focus-text-2", "enter-text", "click-checkboxes"])
 def test_conformance(run, device, task):
-    run(check_env(MiniWobEnv(task, device=device)))
+    run(check_env(TimeLimit(MiniWobEnv(task, device=device), DEFAULT_MAX_STEPS)))
 
 
 def test_page_that_never_becomes_ready(run, device, tmp_path: Path):
