@@ -1,0 +1,127 @@
+"""The parts of a run built from a config: the policy, the device, the guard, and closing what was built.
+
+    policy = build_policy(cfg)             # ocr, scripted, or a model behind transformers / an OpenAI server
+    device = build_device(cfg, url)        # web (Playwright), desktop (X11) or android (adb)
+    guard = build_guard(cfg, confirm)      # refuse / confirm action kinds, forbidden regions
+    ...
+    await close_policy(policy)             # a model policy's backend holds a model or an HTTP client
+
+The command line (``agent.cli``) and tests use these. Heavy libraries (Playwright, torch, the OCR engine) are
+imported only inside the builder that needs them, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.config import Config
+    from agent.guard import Guard
+    from devices.actions import Action
+    from devices.base import Device
+    from policy.base import Policy
+    from policy.model import ModelPolicy
+
+def build_policy(cfg: Config) -> Policy:
+    """The policy ``cfg.policy.kind`` names: ``ocr`` (the default), ``scripted`` (``policy.script``, a JSON list of
+    actions), or ``transformers`` / ``openai`` (a model, see ``build_model_policy``).
+
+    Raises ``PolicyUnavailable`` with what to give when the config does not say enough (no script, no model id, no
+    server URL, an unset API key variable), or when the model or its preset cannot be loaded.
+    """
+    from policy.errors import PolicyError, PolicyUnavailable
+
+    if cfg.policy.kind in ("transformers", "openai"):
+        try:
+            return build_model_policy(cfg)
+        except (PolicyError, ValueError) as e:
+            raise PolicyUnavailable(str(e)) from None
+
+    if cfg.policy.kind == "scripted":
+        from policy.scripted import ScriptedPolicy
+
+        if not cfg.policy.script:
+            raise PolicyUnavailable("the scripted policy needs a script: --script FILE (a JSON list of actions)")
+        return ScriptedPolicy.from_file(cfg.policy.script)
+    from policy.ocr import OcrPolicy
+
+    return OcrPolicy(cfg.ocr)
+
+
+def build_model_policy(cfg: Config) -> ModelPolicy:
+    """A model policy: ``model.id``'s preset (prompts, resizing, parsing) with the backend ``policy.kind`` names,
+    ``transformers`` (the model loaded in this process, ``model.device`` / ``dtype`` / ``adapter``) or ``openai``
+    (an OpenAI-compatible server at ``model.url``, its key read from the variable ``model.api_key_env``).
+    ``model.samples`` answers are sampled per observation.
+
+    The backend holds a model or an HTTP client: close it with ``close_policy`` when done.
+    """
+    from policy.errors import PolicyUnavailable
+    from policy.model import ModelPolicy
+
+    m = cfg.model
+    if not m.id:
+        raise PolicyUnavailable("say which model: --policy transformers:PATH_OR_ID, or --model ID with --policy openai:URL")
+    preset = m.preset()
+    if cfg.policy.kind == "transformers":
+        from policy.backends.hf import TransformersBackend
+
+        backend: Any = TransformersBackend(m.id, preset=preset, device=m.device, dtype=m.dtype, adapter=m.adapter or None)
+    else:
+        from policy.backends.openai import OpenAIBackend
+
+        if not m.url:
+            raise PolicyUnavailable("the openai policy needs the server's URL: --policy openai:http://HOST:PORT")
+        api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
+        if m.api_key_env and api_key is None:
+            raise PolicyUnavailable(f"model.api_key_env names {m.api_key_env}, which is not set; export it first")
+        backend = OpenAIBackend(m.url, m.id, api_key=api_key, timeout_s=m.timeout_s)
+    return ModelPolicy(backend, preset, n=m.samples)
+
+
+async def close_policy(policy: Any) -> None:
+    """Close the backend of a policy from ``build_policy`` where it has one (a model policy's: its HTTP client, or
+    the model it loaded); OCR and scripted policies, and None, have nothing to close."""
+    backend = getattr(policy, "backend", None)
+    if backend is not None:
+        await backend.close()
+
+
+def build_device(cfg: Config, url: str) -> Device:
+    """The device ``cfg.device.kind`` names, not started yet: ``web`` opens ``url`` in its own browser, ``desktop``
+    drives the X display ``desktop.display``, ``android`` the phone ``android.serial``. The driver libraries are
+    imported only here."""
+    if cfg.device.kind == "desktop":
+        from devices.desktop import DesktopDevice
+
+        return DesktopDevice(cfg.desktop, cfg.settle)
+    if cfg.device.kind == "android":
+        from devices.android import AndroidDevice
+
+        return AndroidDevice(cfg.android, cfg.settle)
+    from devices.web import PlaywrightDevice
+
+    return PlaywrightDevice(cfg.web, cfg.settle, url=url)
+
+
+def build_guard(cfg: Config, confirm: Callable[[Action], bool] | None = None) -> Guard:
+    """The guard ``cfg.guard`` describes: action kinds refused outright (``refuse``), kinds that need a yes from
+    ``confirm`` (``confirm``; without a ``confirm`` callable they are refused, since nobody is there to say yes), and
+    regions of the screen never to act in (``forbidden_regions``). Nothing configured: everything is allowed.
+
+    ``confirm`` is the caller's: the command line passes a terminal prompt when stdin is a terminal.
+    """
+    from agent.guard import AllowAll, GuardChain, KindGuard, RegionGuard
+    from devices.actions import ActionKind
+
+    guards: list[Any] = []
+    if cfg.guard.refuse or cfg.guard.confirm:
+        guards.append(KindGuard(frozenset(ActionKind(k) for k in cfg.guard.refuse),
+                                frozenset(ActionKind(k) for k in cfg.guard.confirm), confirm))
+    if cfg.guard.forbidden_regions:
+        guards.append(RegionGuard(cfg.guard.forbidden_regions))
+    if not guards:
+        return AllowAll()
+    return guards[0] if len(guards) == 1 else GuardChain(guards)
