@@ -39,11 +39,11 @@ device; ``--resume RUN_DIR`` continues from the last checkpoint with the same da
 Modules, in reading order: ``settings`` (OnlineConfig, OnlineError, the settings on disk), ``tasks`` (the seed
 stream, the shared curriculum, the episode queue), ``versions`` (loading versions, timing their propagation),
 ``actors`` (an actor and the policy of its episodes, the step reward), ``learner`` (the learner thread and its feed),
-``session`` (the wiring, the monitor, shutdown), ``curve``, ``cli``. docs/online.md has the whole picture.
+``session`` (the wiring, the monitor, shutdown), ``curve``. The command, ``agent train --online``, is
+``agent.cli.train_online``. docs/online.md has the whole picture.
 """
 
 from agent.online.actors import Actor, step_reward
-from agent.online.cli import run_cli
 from agent.online.curve import curve_points, plot_online_curve
 from agent.online.session import OnlineResult, OnlineSession
 from agent.online.settings import DEVICE_KINDS, OnlineConfig, OnlineError, config_overrides, load_session
@@ -52,4 +52,4 @@ from agent.online.versions import AdapterFollower, VersionClock
 
 __all__ = ["DEVICE_KINDS", "Actor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
            "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session",
-           "plot_online_curve", "run_cli", "step_reward"]
+           "plot_online_curve", "step_reward"]

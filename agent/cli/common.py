@@ -1,0 +1,153 @@
+"""What the command modules share: exit codes, the console, the error printer, argument types, config options.
+
+Everything here is light to import (argparse, pathlib, the standard library): ``agent --help`` builds every
+command's parser, so a heavy import at the top of this module would slow down every invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import re
+import sys
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+# -- argument types ---------------------------------------------------------------------------------------------
+
+
+def device_arg(text: str) -> tuple[str, str]:
+    """``--device``: web, desktop, android or android:SERIAL, as (kind, serial)."""
+    kind, _, rest = text.partition(":")
+    if kind in ("web", "desktop") and not rest:
+        return kind, ""
+    if kind == "android":
+        return kind, rest
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device; use web, desktop, android or android:SERIAL")
+
+
+def policy_arg(text: str) -> tuple[str, str]:
+    """``--policy``: ocr, scripted, transformers:PATH_OR_ID or openai:URL, as (kind, where)."""
+    kind, _, rest = text.partition(":")
+    if kind in ("ocr", "scripted") and not rest:
+        return kind, ""
+    if kind in ("transformers", "openai") and rest:
+        return kind, rest
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a policy; use ocr, scripted, transformers:PATH_OR_HUB_ID or openai:http://HOST:PORT"
+    )
+
+
+def eval_policy_arg(text: str) -> tuple[str, str]:
+    """``agent eval --policy``: what ``policy_arg`` accepts, or oracle (the environment's ground truth)."""
+    return ("oracle", "") if text == "oracle" else policy_arg(text)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def size(text: str) -> tuple[int, int]:
+    """A frame size like 1920x1080, as (width, height) in pixels."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1920x1080 (width x height, in pixels)")
+    return int(m.group(1)), int(m.group(2))
+
+
+# -- config options ---------------------------------------------------------------------------------------------
+
+
+def add_set_option(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """``--set SECTION.KEY=VALUE`` (repeatable), collected in ``args.overrides``."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help=help_text)
+
+
+def config_path(given: str | None) -> str | None:
+    """The config file to load: the one given, else ./config.toml when present, else None (built-in defaults)."""
+    return given or ("config.toml" if Path("config.toml").is_file() else None)
+
+
+def policy_overrides(kind: str, where: str) -> list[str]:
+    """The config overrides that ``--policy KIND[:WHERE]`` stands for."""
+    out = [f"policy.kind={json.dumps(kind)}"]
+    if kind == "transformers":
+        out.append(f"model.id={json.dumps(where)}")
+    elif kind == "openai":
+        out.append(f"model.url={json.dumps(where)}")
+    return out
+
+
+def flag_overrides(args: argparse.Namespace, flags: Iterable[tuple[str, str]]) -> list[str]:
+    """``section.key=value`` for each (attribute of ``args``, config key) whose flag was given."""
+    out: list[str] = []
+    for flag, key in flags:
+        value = getattr(args, flag)
+        if value is not None:
+            out.append(f"{key}={json.dumps(value)}")
+    return out
+
+
+# -- output -----------------------------------------------------------------------------------------------------
+
+
+def setup_logging(verbosity: int) -> None:
+    from rich.logging import RichHandler
+
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
+                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)], force=True)
+    for noisy in ("RapidOCR", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def make_console() -> Any:
+    """A rich console on stdout, without rich's guessing at what to highlight."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def print_error(message: str) -> int:
+    """Print ``error: message`` and return the exit code for bad input (2)."""
+    make_console().print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return EXIT_USAGE
+
+
+def terminal_confirm() -> Callable[[Any], bool] | None:
+    """Ask yes/no on the terminal before an action the guard wants confirmed; None when stdin is not a terminal
+    (then such actions are refused, since nobody is there to say yes)."""
+    if not sys.stdin.isatty():
+        return None
+
+    def confirm(action: Any) -> bool:
+        from rich.prompt import Confirm
+
+        return Confirm.ask(f"Allow [bold]{action.describe()}[/]?", default=False)
+
+    return confirm
+
+
+def versions() -> dict[str, str]:
+    """Python, platform and the versions of the packages that shape a run; written into every run.json."""
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in ("handeye", "playwright", "rapidocr", "onnxruntime", "numpy", "opencv-python-headless"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out

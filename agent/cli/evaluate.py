@@ -1,0 +1,173 @@
+"""``agent eval``: success rates of a policy on environments whose rewards are checked by code, or its accuracy on
+a grounding dataset (``--suite screenspot --data FILE``).
+
+A model or OCR policy is built once and shared by every episode (one model in memory, one HTTP client); its
+backend is closed when the evaluation ends, however it ends (done, error, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.builders import build_policy, close_policy
+from agent.cli.common import (EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, eval_policy_arg, flag_overrides,
+                              make_console, policy_overrides, positive_int, print_error, versions)
+
+NAME = "eval"
+
+# (attribute of the parsed arguments, the config key its flag sets)
+FLAG_KEYS = (("model", "model.id"), ("fmt", "model.format"), ("script", "policy.script"),
+             ("runs_dir", "record.runs_dir"))
+
+
+def add_parser(sub: Any) -> None:
+    ev = sub.add_parser(NAME, help="success rates on environments whose rewards are checked by code", description=(
+        "Run episodes of a suite's environments (or a grounding dataset), K at once, write their trajectories, "
+        "print a success table with 95% confidence intervals and write report.html."))
+    ev.add_argument("--suite", required=True, help="generated, miniwob, android, or screenspot (with --data)")
+    ev.add_argument("--tasks", nargs="+", help="environment names or their short names (default: the whole suite)")
+    ev.add_argument("--episodes", type=positive_int, default=10, help="episodes per environment (seeds 0..N-1)")
+    ev.add_argument("--policy", type=eval_policy_arg, default=("ocr", ""), metavar="POLICY",
+                    help="oracle, ocr, scripted, transformers:PATH_OR_ID or openai:URL (default: ocr)")
+    ev.add_argument("--model", help="model id (config: model.id)")
+    ev.add_argument("--format", dest="fmt", help="model family for ids without a preset")
+    ev.add_argument("--script", help="JSON list of actions for --policy scripted")
+    ev.add_argument("--parallel", type=positive_int, default=1, help="episodes run at once, each on its own device")
+    ev.add_argument("--max-steps", type=positive_int, help="override each environment's step budget")
+    ev.add_argument("--seed", type=int, default=0, help="first seed")
+    ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot")
+    ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    ev.add_argument("--config", help="config file (default: ./config.toml when present)")
+    add_set_option(ev)
+
+
+def main(args: argparse.Namespace) -> int:
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from envs.errors import EnvError
+    from envs.registry import all_specs, spec
+    from policy.errors import PolicyError
+
+    kind, where = args.policy
+    overrides = ([] if kind == "oracle" else policy_overrides(kind, where)) + flag_overrides(args, FLAG_KEYS)
+    try:
+        cfg = load_config(config_path(args.config), overrides + list(args.overrides))
+        if args.suite == "screenspot":
+            return _grounding(args, cfg, kind)
+        names = [s.name for s in all_specs(args.suite)]
+        if not names:
+            from envs.registry import REGISTRY
+
+            suites = sorted({s.suite for s in REGISTRY.values()})
+            return print_error(f"no suite {args.suite!r}; suites: {', '.join(suites)} (and screenspot with --data)")
+        if args.tasks:
+            names = [spec(t if "/" in t else f"{args.suite}/{t}").name for t in args.tasks]
+        factory, shared = _policy_factory(cfg, kind)
+    except (AgentError, EnvError, PolicyError, ValueError) as e:
+        return print_error(str(e))
+    return _run_suite(args, cfg, names, factory, shared)
+
+
+def _policy_factory(cfg: Any, kind: str) -> tuple[Callable[[Any], Any], Any]:
+    """(the policy for each episode's environment, the policy every episode shares or None). Oracles read their
+    environment's ground truth and scripts keep their place, so each episode gets its own; an OCR engine or a model
+    is built once and shared, and the caller closes its backend (``close_policy``) when the evaluation ends."""
+    from agent.errors import ConfigError
+
+    if kind == "oracle":
+        from agent.oracles import oracle_for
+
+        def oracle(env: Any) -> Any:
+            policy = oracle_for(env)
+            if policy is None:
+                raise ConfigError(f"{env.name} has no oracle (only tasks whose ground truth is readable do)")
+            return policy
+
+        return oracle, None
+    if kind == "scripted":
+        from policy.scripted import ScriptedPolicy
+
+        if not cfg.policy.script:
+            raise ConfigError("the scripted policy needs a script: --script FILE")
+        ScriptedPolicy.from_file(cfg.policy.script)  # fail now, not in every episode
+        return (lambda env: ScriptedPolicy.from_file(cfg.policy.script)), None
+    shared = build_policy(cfg)  # one OCR engine or model for every episode
+    return (lambda env: shared), shared
+
+
+def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Callable[[Any], Any],
+               shared: Any) -> int:
+    """Run the episodes, print each outcome as it comes, then the success table; write report.html."""
+    from agent.eval import evaluate, format_table
+    from agent.report import build_report
+
+    console = make_console()
+    done = {"n": 0}
+    total = len(names) * args.episodes
+
+    def progress(result: Any) -> None:
+        done["n"] += 1
+        outcome = result.record.outcome.value if result.record.outcome else "?"
+        console.print(f"  [{done['n']}/{total}] {result.env} seed {result.seed}: {outcome}", highlight=False)
+
+    async def run() -> Any:
+        try:
+            return await evaluate(names, factory, episodes=args.episodes, parallel=args.parallel,
+                                  runs_dir=cfg.record.runs_dir, seed=args.seed, max_steps=args.max_steps,
+                                  on_episode=progress, config={"config": cfg.to_dict(), "versions": versions()})
+        finally:
+            await close_policy(shared)
+
+    try:
+        result = asyncio.run(run())
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return EXIT_INTERRUPTED
+    console.print(format_table(result))
+    report = build_report(result.run_dir)
+    console.print(f"trajectories: [bold]{result.run_dir}[/]   report: [bold]{report}[/]", soft_wrap=True)
+    return EXIT_OK
+
+
+def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
+    """``--suite screenspot``: ask the policy for each sample's target, print the accuracy table, write
+    results.json and report.html in a new run folder."""
+    from agent.grounding_eval import evaluate_grounding
+    from agent.report import build_grounding_report
+    from envs.grounding import load_grounding
+    from envs.trajectory import new_run_id
+
+    if not args.data:
+        return print_error("--suite screenspot needs --data FILE (a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder)")
+    if kind in ("oracle", "scripted"):
+        return print_error("grounding datasets are evaluated with a model or the ocr policy "
+                           "(--policy ocr|transformers:..|openai:..)")
+    dataset = load_grounding(args.data)
+    policy = build_policy(cfg)
+    console = make_console()
+    console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
+    for r in dataset.report.rejected[:20]:
+        console.print(f"  rejected: {r}", soft_wrap=True)
+
+    async def grade() -> Any:
+        try:
+            return await evaluate_grounding(dataset.samples, policy, rejected=dataset.report.rejected)
+        finally:
+            await close_policy(policy)
+
+    report = asyncio.run(grade())
+    console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
+                  f"unparsed {report.wrong_format}")
+    console.print(report.table("platform/element_type"))
+    out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}"
+    out.mkdir(parents=True, exist_ok=True)
+    result = report.to_dict()
+    (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
+    page = build_grounding_report(result, out / "report.html", title=f"grounding evaluation of {args.data}")
+    console.print(f"results: [bold]{out / 'results.json'}[/]   report: [bold]{page}[/]")
+    return EXIT_OK

@@ -1,0 +1,217 @@
+"""``agent run``: one task on one device, observed, decided, acted, settled and recorded until it ends.
+
+Everything the run needs (config, task, start page, policy, guard, run folder) is resolved before the device
+starts, so bad input ends with exit code 2 and nothing half-started. The episode ends with exit code 0 (success or
+claimed), 1 (failure, infeasible, truncated, aborted) or 130 (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent.builders import build_device, build_guard, build_policy, close_policy
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
+                              flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
+                              terminal_confirm, versions)
+
+NAME = "run"
+
+# (attribute of the parsed arguments, the config key its flag sets)
+FLAG_KEYS = (("url", "device.url"), ("model", "model.id"), ("fmt", "model.format"), ("script", "policy.script"),
+             ("max_steps", "agent.max_steps"), ("runs_dir", "record.runs_dir"))
+
+
+def add_parser(sub: Any) -> None:
+    run = sub.add_parser(NAME, help="run one task on a device until it is done", description=(
+        "Observe, decide, act, settle and record until the policy finishes, declares the task "
+        "infeasible, the step budget runs out, an error occurs or Ctrl-C. Without --url the "
+        "built-in demo page is used, whose tasks are checked by code."))
+    run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
+    run.add_argument("--device", type=device_arg, metavar="DEVICE",
+                     help="web, desktop, or android[:SERIAL] (config: device.kind, android.serial)")
+    run.add_argument("--url", help="start page for the web device (config: device.url)")
+    run.add_argument("--policy", type=policy_arg, metavar="POLICY",
+                     help="who decides: ocr, scripted, transformers:PATH_OR_ID or openai:URL (config: policy.kind, "
+                          "model.id, model.url)")
+    run.add_argument("--model", help="model id: its preset picks prompts, resize and parsing (config: model.id)")
+    run.add_argument("--format", dest="fmt", help="model family for ids without a preset (config: model.format)")
+    run.add_argument("--script", help="JSON list of actions for --policy scripted (config: policy.script)")
+    run.add_argument("--max-steps", type=positive_int, help="step budget (config: agent.max_steps)")
+    run.add_argument("--dry-run", action="store_true", help="record what would be done without doing it")
+    run.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    run.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
+    run.add_argument("--config", help="config file (default: ./config.toml when present, else built-in defaults)")
+    add_set_option(run, "override one config option; repeatable")
+
+
+def main(args: argparse.Namespace) -> int:
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from envs.errors import RecordError
+
+    try:
+        cfg = load_config(config_path(args.config), run_overrides(args))
+        plan = make_plan(cfg, args.task)
+    except (AgentError, RecordError, OSError) as e:
+        return print_error(str(e))
+    try:
+        return execute(cfg, plan)
+    finally:
+        if plan.site is not None:
+            plan.site.close()
+
+
+def run_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides the flags stand for, then the ``--set`` ones (which win)."""
+    out: list[str] = []
+    if args.device is not None:
+        kind, serial = args.device
+        out.append(f"device.kind={json.dumps(kind)}")
+        if serial:
+            out.append(f"android.serial={json.dumps(serial)}")
+    if args.policy is not None:
+        out += policy_overrides(*args.policy)
+    out += flag_overrides(args, FLAG_KEYS)
+    if args.dry_run:
+        out.append("agent.dry_run=true")
+    if args.headed:
+        out.append("web.headless=false")
+    return out + list(args.overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """What a run needs, resolved from config and arguments before anything starts."""
+
+    task: str
+    url: str
+    site: Any  # the local server of the built-in pages (envs.site.LocalSite), or None; closed after the run
+    builtin: Any  # the built-in task (envs.tasks.BuiltinTask) whose checker scores the run, or None
+    policy: Any
+    secrets: Any
+    guard: Any
+    run: Any  # the run folder's writer (envs.trajectory.RunWriter)
+
+
+def make_plan(cfg: Any, task: str | None) -> RunPlan:
+    """Resolve the task and start page, build the policy, secrets and guard, and open the run folder.
+
+    Raises ConfigError (with what to give) for a missing task or an unusable policy, RecordError or OSError when the
+    run folder cannot be written; the built-in pages' server, if started, is closed again then.
+    """
+    from agent.errors import ConfigError
+    from agent.secrets import Secrets
+    from envs.trajectory import RunWriter
+    from policy.errors import PolicyUnavailable
+
+    task, url, site, builtin = _target(cfg, task)
+    try:
+        try:
+            policy = build_policy(cfg)
+        except PolicyUnavailable as e:
+            raise ConfigError(str(e)) from None
+        secrets = Secrets(dict(cfg.secrets))
+        guard = build_guard(cfg, terminal_confirm())
+        run = RunWriter(cfg.record.runs_dir, config={"config": cfg.to_dict(), "versions": versions()},
+                        frame_format=cfg.record.frame_format, fsync=cfg.record.fsync)
+    except BaseException:
+        if site is not None:
+            site.close()
+        raise
+    return RunPlan(task, url, site, builtin, policy, secrets, guard, run)
+
+
+def _target(cfg: Any, task: str | None) -> tuple[str, str, Any, Any]:
+    """(task, start url, built-in pages' server or None, built-in task or None). Without a device url on the web
+    device, the built-in demo pages are served and the task may be one of theirs (given by name or instruction)."""
+    from agent.errors import ConfigError
+    from devices.errors import NavigationError
+    from devices.web import check_url
+    from envs.site import LocalSite
+    from envs.tasks import BUILTIN_TASKS, DEFAULT_TASK, find_builtin
+
+    if cfg.device.kind != "web":
+        if cfg.device.url:
+            raise ConfigError(f"--url is for the web device; the {cfg.device.kind} device starts on its own screen")
+        if not task:
+            raise ConfigError(f'give the task to do, e.g. agent run "Open the settings" --device {cfg.device.kind}')
+        return task, "", None, None
+    if cfg.device.url:
+        if not task:
+            raise ConfigError("give the task to do on that page, e.g. agent run \"Click Sign in\" --url URL")
+        try:
+            check_url(cfg.device.url)
+        except NavigationError as e:
+            raise ConfigError(str(e)) from None
+        return task, cfg.device.url, None, None
+    task = task or BUILTIN_TASKS[DEFAULT_TASK].instruction
+    builtin = find_builtin(task)
+    if builtin is not None and builtin.name == task:
+        task = builtin.instruction  # a task given by name runs its instruction
+    site = LocalSite()
+    return task, site.url(builtin.page if builtin else "demo.html"), site, builtin
+
+
+def execute(cfg: Any, plan: RunPlan) -> int:
+    """Run the planned episode on a new device, print each step and the summary; the exit code of its outcome."""
+    from agent.loop import LoopOptions, run_episode
+    from agent.summary import print_step, print_summary
+    from envs.records import Outcome
+
+    console = make_console()
+    writer = plan.run.episode(
+        task=plan.task,
+        env=(plan.builtin.describe() if plan.builtin else {"name": "url", "url": plan.url}),
+        policy=plan.policy.describe(),
+        dry_run=cfg.agent.dry_run,
+    )
+    device = build_device(cfg, plan.url)
+    options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
+    console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
+    interrupted = False
+
+    async def episode() -> None:
+        stop = stop_on_ctrl_c()
+        try:
+            await run_episode(
+                plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
+                checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
+                on_step=lambda step: print_step(console, step), stop=stop,
+            )
+        finally:
+            await close_policy(plan.policy)
+
+    try:
+        asyncio.run(episode())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+    record = writer.record
+    print_summary(console, record, writer.path)
+    if interrupted or record.outcome is Outcome.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
+
+
+def stop_on_ctrl_c() -> asyncio.Event:
+    """Ctrl-C while an episode runs: cancel it (the loop records it as interrupted) and set the returned event,
+    which the loop checks at every step boundary, so the episode ends even where a library swallowed the
+    cancellation. A second Ctrl-C gets Python's default handling (an immediate KeyboardInterrupt)."""
+    import signal
+
+    loop, task, stop = asyncio.get_running_loop(), asyncio.current_task(), asyncio.Event()
+
+    def on_sigint() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        pass
+    return stop

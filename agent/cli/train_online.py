@@ -1,0 +1,103 @@
+"""``agent train --online``: the online session (``agent.online``) built from the command line, run, and summed up.
+
+Its flags are an argument group of ``agent train``. ``agent.online`` is imported only when a session starts: it
+pulls in the trainer, and ``agent --help`` must stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, positive_int, print_error
+
+# The flags only an online session reads (attribute names); given without --online they are refused.
+ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes")
+
+
+def add_arguments(train: argparse.ArgumentParser) -> None:
+    """The ``online`` argument group of ``agent train``."""
+    on = train.add_argument_group("online", "agent train --online: actors on live devices stream verified experience "
+                                  "to the learner, which publishes a new adapter after every update (docs/training.md)")
+    on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
+    on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
+    on.add_argument("--devices", type=positive_int, help="actors, each with its own device (default 2)")
+    on.add_argument("--device-kind", choices=("web", "desktop", "android"), help="the actors' devices (default web)")
+    on.add_argument("--group-level", choices=("step", "episode"),
+                    help="step: n answers per screen scored by the step verifier (default); episode: n episodes "
+                         "per task seed scored by the task checker")
+    on.add_argument("--max-policy-lag", type=int, metavar="K",
+                    help="drop samples more than K adapter versions behind the learner (default 2; -1 keeps all)")
+    on.add_argument("--minutes", type=float, metavar="M",
+                    help="stop the session after M minutes of wall time, whatever the update count (default: none)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the session from the arguments (a new one, or ``--resume RUN_DIR`` with its saved settings), run it,
+    print what happened. Exit codes: 0 done, 1 the session stopped on an error, 2 bad input, 130 interrupted."""
+    from agent.errors import ConfigError
+    from agent.online import OnlineError
+
+    try:
+        config, online = _settings(args)
+    except (ConfigError, OnlineError, ValueError) as exc:
+        return print_error(str(exc))
+    return _run(args, config, online)
+
+
+def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(training config, online settings): the flags given override the saved settings of a resumed session."""
+    from agent.config import load_train_config
+    from agent.errors import ConfigError
+    from agent.online import OnlineConfig, load_session
+
+    explicit = {k: v for k, v in {
+        "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
+        "max_policy_lag": args.max_policy_lag,
+        "max_wall_s": None if args.minutes is None else args.minutes * 60}.items() if v is not None}
+    if args.resume:
+        run_dir = Path(args.resume) if args.resume != "auto" else Path(
+            load_train_config(args.config, list(args.overrides)).train.run_dir)
+        saved, online = load_session(run_dir)
+        online = replace(online, **explicit)
+        config = load_train_config(None, [*saved, *args.overrides, f"train.run_dir={json.dumps(str(run_dir))}"])
+        return config, online
+    if "env" not in explicit:
+        raise ConfigError("agent train --online needs --env ENV (e.g. generated/click; agent envs lists them)")
+    config = load_train_config(args.config, [*args.overrides, 'train.stage="rl"'])
+    return config, OnlineConfig(**explicit)
+
+
+def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
+    from rich.console import Console
+
+    from agent.online import OnlineError, OnlineSession
+    from envs.errors import EnvError
+    from policy.errors import PolicyError
+    from train.checkpoint import CheckpointError
+
+    console = Console(stderr=True)
+    try:
+        session = OnlineSession(config, online, resume=bool(args.resume),
+                                progress=lambda line: console.print(line, highlight=False))
+        result = asyncio.run(session.run())
+    except (OnlineError, CheckpointError, PolicyError, EnvError) as exc:
+        console.print(f"[red]online session stopped:[/] {type(exc).__name__}: {exc}", soft_wrap=True)
+        return EXIT_EPISODE_FAILED
+    except KeyboardInterrupt:
+        console.print(f"[yellow]aborted[/]: the newest checkpoint in {config.train.run_dir}/checkpoints resumes this "
+                      f"run (--resume {config.train.run_dir})")
+        return EXIT_INTERRUPTED
+    console.print(f"[bold]online[/] {result.stopped_by}: {result.updates} updates, {result.episodes} episodes "
+                  f"({result.success_rate:.0%} success), {result.steps} steps in {result.wall_s:.0f} s "
+                  f"({result.steps_per_s:.2f} steps/s); {result.stale_dropped} stale samples dropped, "
+                  f"{result.restarts} device restarts, {len(result.dropped_actors)} actors dropped")
+    console.print(f"run folder: {result.run_dir}  (report.html, online_curve.png, curves.png, checkpoints/)")
+    if result.stopped_by == "interrupted":
+        console.print(f"resume with: agent train --online --resume {result.run_dir}")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
