@@ -228,3 +228,101 @@ def test_grounding_eval_counts_bad_records_and_lists_them_in_its_report(tmp_path
     page = (out / "report.html").read_text()
     assert "records rejected at load (1)" in page and "box_outside" in page
     assert json.loads((out / "results.json").read_text())["correct"] == 1
+
+
+class ClosingBackend:
+    """A model backend reduced to what the CLI must do with it at the end: close it."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+class CornerModel:
+    """Clicks the top-left corner; holds a backend, as a model policy does."""
+
+    name = "corner"
+
+    def __init__(self) -> None:
+        self.backend = ClosingBackend()
+
+    async def decide(self, task, history, observation, n=1):
+        from devices.actions import Action, ActionKind, Point
+        from policy.base import Decision
+
+        a = Action(ActionKind.CLICK, point=Point(0.0, 0.0))
+        return Decision(a, raw_output='{"kind": "click", "point": [0, 0]}', candidates=(a,))
+
+    def describe(self):
+        return {"policy": self.name}
+
+
+def shared_model(monkeypatch) -> CornerModel:
+    """Make `agent eval` build a CornerModel where it would build the model of --policy openai:URL."""
+    from agent.cli import evaluate as eval_command
+
+    policy = CornerModel()
+    monkeypatch.setattr(eval_command, "build_policy", lambda cfg: policy)
+    return policy
+
+
+def test_eval_closes_the_shared_model_backend(tmp_path, monkeypatch):
+    from agent.cli import main
+
+    policy = shared_model(monkeypatch)
+    code = main(["eval", "--suite", "generated", "--tasks", "click", "--episodes", "1", "--policy",
+                 "openai:http://127.0.0.1:9", "--model", "m", "--runs-dir", str(tmp_path)])
+    assert code == 0
+    assert policy.backend.closed == 1
+
+
+def test_eval_closes_the_shared_model_backend_on_ctrl_c(tmp_path, monkeypatch, capsys):
+    import asyncio
+
+    import agent.eval
+    from agent.cli import main
+
+    async def interrupted(*args, **kwargs):
+        asyncio.get_running_loop().call_later(0.1, signal.raise_signal, signal.SIGINT)
+        await asyncio.sleep(30)
+
+    policy = shared_model(monkeypatch)
+    monkeypatch.setattr(agent.eval, "evaluate", interrupted)
+    code = main(["eval", "--suite", "generated", "--policy", "openai:http://127.0.0.1:9", "--model", "m",
+                 "--runs-dir", str(tmp_path)])
+    assert code == 130 and "interrupted" in capsys.readouterr().out
+    assert policy.backend.closed == 1
+
+
+def test_grounding_eval_closes_the_model_backend(tmp_path, monkeypatch):
+    import cv2
+    import numpy as np
+
+    from agent.cli import main
+
+    (tmp_path / "screenspot_imgs").mkdir()
+    cv2.imwrite(str(tmp_path / "screenspot_imgs" / "a.png"), np.full((100, 200, 3), 255, np.uint8))
+    (tmp_path / "screenspot_web.json").write_text(json.dumps([
+        {"img_filename": "a.png", "bbox": [0, 0, 20, 20], "instruction": "the corner", "data_type": "icon",
+         "data_source": "web"}]))
+    policy = shared_model(monkeypatch)
+    code = main(["eval", "--suite", "screenspot", "--data", str(tmp_path / "screenspot_web.json"), "--policy",
+                 "openai:http://127.0.0.1:9", "--model", "m", "--runs-dir", str(tmp_path / "runs")])
+    assert code == 0
+    assert policy.backend.closed == 1
+
+
+def test_the_guard_asks_whom_the_caller_names():
+    from agent.builders import build_guard
+    from agent.config import load_config
+    from agent.guard import AllowAll, KindGuard
+
+    def yes(action):
+        return True
+
+    cfg = load_config(None, ['guard.confirm=["type"]'])
+    assert isinstance(build_guard(cfg, yes), KindGuard) and build_guard(cfg, yes).confirm is yes
+    assert build_guard(cfg).confirm is None  # no terminal: actions that need a yes are refused
+    assert isinstance(build_guard(load_config(None, [])), AllowAll)
