@@ -252,6 +252,152 @@ def _literal(node: ast.AST, text: str, content: str, base: int, what: str) -> An
         ) from None
 
 
+def _syntax_pos(content: str, base: int, e: SyntaxError) -> int:
+    lines = content.splitlines(keepends=True) or [""]
+    idx = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
+    col = max((e.offset or 1) - 1, 0)
+    return min(base + sum(len(line) for line in lines[:idx]) + col, base + len(content))
+
+
+def _think_block(text: str, issues: list[str]) -> tuple[str | None, int]:
+    """(the thought, where the last ``</think>`` starts or -1); a missing or unbalanced block is an issue."""
+    think_close = text.rfind("</think>")
+    think_open = text.find("<think>")
+    if think_close >= 0:
+        start = think_open + len("<think>") if 0 <= think_open < think_close else 0
+        if think_open < 0 or think_open > think_close:
+            issues.append("no <think> before </think>")
+        return text[start:think_close].strip(), think_close
+    if think_open >= 0:
+        issues.append(f"<think> at character {think_open} is never closed with </think>")
+    else:
+        issues.append("no <think>...</think> block before the answer")
+    return None, -1
+
+
+def _answer_tags(text: str, think_close: int, issues: list[str]) -> tuple[int, int]:
+    """Where ``<answer>`` and its ``</answer>`` start (the first answer after the think block, else the
+    first at all); FormatParseError when there is none or it is never closed."""
+    search_from = think_close + len("</think>") if think_close >= 0 else 0
+    a_open = text.find("<answer>", search_from)
+    if a_open < 0:
+        a_open = text.find("<answer>")
+    if a_open < 0:
+        raise FormatParseError(
+            "GUI-R1 output has no <answer> tag; expected <answer>[{'action': ..., 'point': [x, y], "
+            "'input_text': ...}]</answer>", text, search_from,
+        )
+    a_close = text.find("</answer>", a_open + len("<answer>"))
+    if a_close < 0:
+        raise FormatParseError("GUI-R1 <answer> is never closed with </answer>", text, len(text))
+    if text[a_close + len("</answer>"):].strip():
+        issues.append("text after </answer>")
+    if think_close >= 0 and text[think_close + len("</think>"):a_open].strip():
+        issues.append("text between </think> and <answer>")
+    return a_open, a_close
+
+
+def _answer_items(text: str, body_start: int, a_close: int, issues: list[str]) -> tuple[list[ast.AST], str, int]:
+    """(the answer's action dict nodes, the stripped answer, its offset in ``text``)."""
+    raw = text[body_start:a_close]
+    content = raw.strip()
+    base = body_start + len(raw) - len(raw.lstrip())
+    if not content:
+        raise FormatParseError("GUI-R1 <answer> is empty; expected a list of action dicts", text, body_start)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(content, mode="eval")
+    except SyntaxError as e:
+        pos = _syntax_pos(content, base, e)
+        raise FormatParseError(f"GUI-R1 answer is not a Python literal: {e.msg}", text, pos) from None
+    except (ValueError, MemoryError, RecursionError) as e:
+        raise FormatParseError(f"GUI-R1 answer cannot be read: {e}", text, base) from None
+    body = tree.body
+    if isinstance(body, (ast.List, ast.Tuple)):
+        items = list(body.elts)
+    elif isinstance(body, ast.Dict):
+        issues.append("answer is a dict, not a one-element list")
+        items = [body]
+    else:
+        raise FormatParseError(
+            f"GUI-R1 answer must be a list of action dicts, got {type(body).__name__}", text,
+            _node_pos(content, base, body),
+        )
+    if not items:
+        raise FormatParseError("GUI-R1 answer is an empty list; expected one action dict", text, base)
+    if len(items) > 1:
+        issues.append(f"answer has {len(items)} action dicts; GUI-R1 was trained to give one")
+    return items, content, base
+
+
+def _dict_fields(node: ast.AST, text: str, content: str, base: int, pos: int) -> dict[str, ast.AST]:
+    """key -> value node of one answer dict, which must have an 'action' key."""
+    if not isinstance(node, ast.Dict):
+        raise FormatParseError(
+            f"GUI-R1 answer items must be dicts with 'action', 'point' and 'input_text', got {type(node).__name__}",
+            text, pos,
+        )
+    fields: dict[str, ast.AST] = {}
+    for key, value in zip(node.keys, node.values):
+        if key is None:
+            raise FormatParseError("GUI-R1 answer dict uses ** unpacking", text, _node_pos(content, base, value))
+        k = _literal(key, text, content, base, "dict key")
+        if not isinstance(k, str):
+            raise FormatParseError(f"GUI-R1 answer dict key {k!r} is not a string", text,
+                                   _node_pos(content, base, key))
+        fields[k] = value
+    if "action" not in fields:
+        raise FormatParseError("GUI-R1 answer dict has no 'action' key", text, pos)
+    return fields
+
+
+def _action_name(node: ast.AST, text: str, content: str, base: int) -> tuple[str, int]:
+    """(the known action name, lower-cased, and its position)."""
+    a_pos = _node_pos(content, base, node)
+    name = _literal(node, text, content, base, "'action' value")
+    if not isinstance(name, str):
+        raise FormatParseError(f"GUI-R1 'action' must be a string, got {name!r}", text, a_pos)
+    name = name.strip().lower()
+    if name not in ALL_ACTIONS:
+        raise FormatParseError(
+            f"unknown GUI-R1 action {name!r}; known actions: {', '.join(sorted(ALL_ACTIONS))}", text, a_pos
+        )
+    return name, a_pos
+
+
+def _target(
+    node: ast.AST | None, name: str, text: str, content: str, base: int, space: ModelSpace, issues: list[str],
+    pos: int,
+) -> tuple[Any, tuple[float, float] | None]:
+    """(the frame point of the 'point' value ``node`` or None, the model point or None) for action ``name``."""
+    point = None
+    model_point: tuple[float, float] | None = None
+    p_pos = pos
+    raw_point: Any = None
+    if node is not None:
+        p_pos = _node_pos(content, base, node)
+        raw_point = _literal(node, text, content, base, "'point' value")
+    uses_point = name in POINTED or name in ("type", "select", "scroll", "close/delete")
+    if raw_point is not None and uses_point:
+        if (not isinstance(raw_point, (list, tuple)) or len(raw_point) != 2
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_point)):
+            raise FormatParseError(f"GUI-R1 'point' must be [x, y] with two numbers, got {raw_point!r}", text,
+                                   p_pos)
+        if not all(isinstance(v, int) for v in raw_point):
+            issues.append("point coordinates are not integers")
+        try:
+            point = space.to_point(raw_point[0], raw_point[1])
+        except CoordinateError as e:
+            raise CoordinateError(f"GUI-R1 {name} {e}", text, p_pos) from None
+        if point is not None:
+            model_point = (float(raw_point[0]), float(raw_point[1]))
+    if name in POINTED and point is None:
+        what = "the no-target point [-100, -100]" if raw_point is not None else "no 'point'"
+        raise FormatParseError(f"GUI-R1 {name} needs a target point, got {what}", text, p_pos)
+    return point, model_point
+
+
 class GuiR1Format:
     """GUI-R1's prompt and its ``<think>/<answer>`` Python-literal answer (see the module docstring)."""
 
@@ -279,71 +425,11 @@ class GuiR1Format:
         except ValueError:
             prompted = set(ALL_ACTIONS)
         issues: list[str] = []
-        thought: str | None = None
-        search_from = 0
-        think_close = text.rfind("</think>")
-        think_open = text.find("<think>")
-        if think_close >= 0:
-            start = think_open + len("<think>") if 0 <= think_open < think_close else 0
-            if think_open < 0 or think_open > think_close:
-                issues.append("no <think> before </think>")
-            thought = text[start:think_close].strip()
-            search_from = think_close + len("</think>")
-        elif think_open >= 0:
-            issues.append(f"<think> at character {think_open} is never closed with </think>")
-        else:
-            issues.append("no <think>...</think> block before the answer")
-
-        a_open = text.find("<answer>", search_from)
-        if a_open < 0:
-            a_open = text.find("<answer>")
-        if a_open < 0:
-            raise FormatParseError(
-                "GUI-R1 output has no <answer> tag; expected <answer>[{'action': ..., 'point': [x, y], "
-                "'input_text': ...}]</answer>", text, search_from,
-            )
+        thought, think_close = _think_block(text, issues)
+        a_open, a_close = _answer_tags(text, think_close, issues)
         if think_close >= 0 and a_open < think_close:
             thought = None
-        body_start = a_open + len("<answer>")
-        a_close = text.find("</answer>", body_start)
-        if a_close < 0:
-            raise FormatParseError("GUI-R1 <answer> is never closed with </answer>", text, len(text))
-        if text[a_close + len("</answer>"):].strip():
-            issues.append("text after </answer>")
-        if think_close >= 0 and text[think_close + len("</think>"):a_open].strip():
-            issues.append("text between </think> and <answer>")
-
-        raw = text[body_start:a_close]
-        lead = len(raw) - len(raw.lstrip())
-        content = raw.strip()
-        base = body_start + lead
-        if not content:
-            raise FormatParseError("GUI-R1 <answer> is empty; expected a list of action dicts", text, body_start)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tree = ast.parse(content, mode="eval")
-        except SyntaxError as e:
-            pos = self._syntax_pos(content, base, e)
-            raise FormatParseError(f"GUI-R1 answer is not a Python literal: {e.msg}", text, pos) from None
-        except (ValueError, MemoryError, RecursionError) as e:
-            raise FormatParseError(f"GUI-R1 answer cannot be read: {e}", text, base) from None
-
-        body = tree.body
-        if isinstance(body, (ast.List, ast.Tuple)):
-            items = list(body.elts)
-        elif isinstance(body, ast.Dict):
-            issues.append("answer is a dict, not a one-element list")
-            items = [body]
-        else:
-            raise FormatParseError(
-                f"GUI-R1 answer must be a list of action dicts, got {type(body).__name__}", text,
-                _node_pos(content, base, body),
-            )
-        if not items:
-            raise FormatParseError("GUI-R1 answer is an empty list; expected one action dict", text, base)
-        if len(items) > 1:
-            issues.append(f"answer has {len(items)} action dicts; GUI-R1 was trained to give one")
+        items, content, base = _answer_items(text, a_open + len("<answer>"), a_close, issues)
 
         actions: list[Action] = []
         model_points: list[tuple[float, float]] = []
@@ -357,87 +443,26 @@ class GuiR1Format:
         info = {"format_issues": issues, "format_ok": not issues, "model_actions": names}
         return Parsed(actions=tuple(actions), model_points=tuple(model_points), thought=thought, info=info)
 
-    @staticmethod
-    def _syntax_pos(content: str, base: int, e: SyntaxError) -> int:
-        lines = content.splitlines(keepends=True) or [""]
-        idx = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
-        col = max((e.offset or 1) - 1, 0)
-        return min(base + sum(len(line) for line in lines[:idx]) + col, base + len(content))
-
     def _item(
         self, node: ast.AST, text: str, content: str, base: int, space: ModelSpace, issues: list[str],
         prompted: set[str],
     ) -> tuple[Action, tuple[float, float] | None, str]:
         pos = _node_pos(content, base, node)
-        if not isinstance(node, ast.Dict):
-            raise FormatParseError(
-                f"GUI-R1 answer items must be dicts with 'action', 'point' and 'input_text', got {type(node).__name__}",
-                text, pos,
-            )
-        fields: dict[str, ast.AST] = {}
-        for key, value in zip(node.keys, node.values):
-            if key is None:
-                raise FormatParseError("GUI-R1 answer dict uses ** unpacking", text, _node_pos(content, base, value))
-            k = _literal(key, text, content, base, "dict key")
-            if not isinstance(k, str):
-                raise FormatParseError(f"GUI-R1 answer dict key {k!r} is not a string", text,
-                                       _node_pos(content, base, key))
-            fields[k] = value
-        if "action" not in fields:
-            raise FormatParseError("GUI-R1 answer dict has no 'action' key", text, pos)
+        fields = _dict_fields(node, text, content, base, pos)
         missing = [k for k in ("point", "input_text") if k not in fields]
         if missing:
             issues.append(f"answer dict lacks {', '.join(repr(m) for m in missing)}")
-
-        a_node = fields["action"]
-        a_pos = _node_pos(content, base, a_node)
-        name = _literal(a_node, text, content, base, "'action' value")
-        if not isinstance(name, str):
-            raise FormatParseError(f"GUI-R1 'action' must be a string, got {name!r}", text, a_pos)
-        name = name.strip().lower()
-        if name not in ALL_ACTIONS:
-            raise FormatParseError(
-                f"unknown GUI-R1 action {name!r}; known actions: {', '.join(sorted(ALL_ACTIONS))}", text, a_pos
-            )
+        name, a_pos = _action_name(fields["action"], text, content, base)
         if name not in prompted:
             issues.append(f"action {name!r} is not in the prompted list")
-
-        input_text = NO_INPUT
-        t_pos = pos
+        input_text, t_pos = NO_INPUT, pos
         if "input_text" in fields:
-            t_node = fields["input_text"]
-            t_pos = _node_pos(content, base, t_node)
-            input_text = _literal(t_node, text, content, base, "'input_text' value")
+            t_pos = _node_pos(content, base, fields["input_text"])
+            input_text = _literal(fields["input_text"], text, content, base, "'input_text' value")
             if not isinstance(input_text, str):
                 raise FormatParseError(f"GUI-R1 'input_text' must be a string, got {input_text!r}", text, t_pos)
         has_text = input_text.strip() != "" and input_text.strip().lower() != NO_INPUT
-
-        point = None
-        model_point: tuple[float, float] | None = None
-        p_pos = pos
-        raw_point: Any = None
-        if "point" in fields:
-            p_node = fields["point"]
-            p_pos = _node_pos(content, base, p_node)
-            raw_point = _literal(p_node, text, content, base, "'point' value")
-        uses_point = name in POINTED or name in ("type", "select", "scroll", "close/delete")
-        if raw_point is not None and uses_point:
-            if (not isinstance(raw_point, (list, tuple)) or len(raw_point) != 2
-                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_point)):
-                raise FormatParseError(f"GUI-R1 'point' must be [x, y] with two numbers, got {raw_point!r}", text,
-                                       p_pos)
-            if not all(isinstance(v, int) for v in raw_point):
-                issues.append("point coordinates are not integers")
-            try:
-                point = space.to_point(raw_point[0], raw_point[1])
-            except CoordinateError as e:
-                raise CoordinateError(f"GUI-R1 {name} {e}", text, p_pos) from None
-            if point is not None:
-                model_point = (float(raw_point[0]), float(raw_point[1]))
-        if name in POINTED and point is None:
-            what = "the no-target point [-100, -100]" if raw_point is not None else "no 'point'"
-            raise FormatParseError(f"GUI-R1 {name} needs a target point, got {what}", text, p_pos)
-
+        point, model_point = _target(fields.get("point"), name, text, content, base, space, issues, pos)
         try:
             action = self._action(name, point, input_text, has_text, text, t_pos, a_pos)
         except InvalidAction as e:

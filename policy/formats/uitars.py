@@ -48,7 +48,8 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from devices.actions import Action, ActionKind, Point
@@ -155,6 +156,9 @@ _BOX_ALIASES = {"start_box": "start_box", "point": "start_box", "start_point": "
 _NUM = r"-?\d+(?:\.\d+)?"
 _TOKENS = re.compile(r"<\|box_start\|>|<\|box_end\|>|</?point>|</?bbox>")
 _BLANK = re.compile(r"\n[ \t\r]*\n")
+
+Mapped = tuple[Action, list[tuple[float, float]], str]
+"""A mapped call: the unified action, the model points it used, and the UI-TARS action name."""
 
 
 def _version(preset: ModelPreset) -> str:
@@ -341,7 +345,7 @@ class UiTarsFormat:
 
     def _segment(
         self, seg: str, text: str, off: int, space: ModelSpace, variant: str
-    ) -> tuple[Action, list[tuple[float, float]], str]:
+    ) -> Mapped:
         m = re.match(r"([A-Za-z_]\w*)\s*\(", seg)
         if not m:
             if variant == "grounding" and re.search(_NUM, seg):
@@ -437,95 +441,143 @@ class UiTarsFormat:
 
     def _action(
         self, name: str, kwargs: dict[str, tuple[Any, int]], text: str, off: int, space: ModelSpace
-    ) -> tuple[Action, list[tuple[float, float]], str]:
+    ) -> Mapped:
         boxes: dict[str, tuple[Point | None, tuple[float, float]]] = {}
         for key, (value, at) in kwargs.items():
             if key in _BOX_ALIASES:
                 slot = _BOX_ALIASES[key]
                 boxes[slot] = self._coords(value, text, at, space, f"{name} {key}")
+        mapper = _MAPPERS.get(name)
+        if mapper is None:
+            raise FormatParseError(f"unknown UI-TARS action {name!r}", text, off)  # pragma: no cover
+        return mapper(_Call(name, kwargs, boxes, text, off))
 
-        def need(slot: str) -> tuple[Point, tuple[float, float]]:
-            if slot not in boxes:
-                raise FormatParseError(f"UI-TARS {name} needs {slot}='(x,y)'", text, off)
-            pt, mpt = boxes[slot]
-            if pt is None:
-                raise FormatParseError(f"UI-TARS {name} {slot} is the no-target point", text, kwargs_pos(slot))
-            return pt, mpt
 
-        def kwargs_pos(slot: str) -> int:
-            for key, (_, at) in kwargs.items():
-                if _BOX_ALIASES.get(key) == slot:
-                    return at
-            return off
+# -- action mapping (one function per UI-TARS action, see the module docstring) ----------------------
 
-        def string(key: str, *alts: str) -> tuple[str, int]:
-            for k in (key, *alts):
-                if k in kwargs:
-                    value, at = kwargs[k]
-                    return (value if isinstance(value, str) else str(value)), at
-            return "", off
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One UI-TARS call being mapped: its keyword values (with their positions) and its boxes."""
 
-        if name in POINTED:
-            pt, mpt = need("start_box")
-            duration = None
-            if name == "long_press":
-                raw, at = string("time", "duration")
-                if raw.strip():
-                    m = re.fullmatch(r"\s*(" + _NUM + r")\s*s?\s*", raw)
-                    if not m:
-                        raise FormatParseError(f"UI-TARS long_press time {raw!r} is not a number of seconds", text, at)
-                    duration = float(m.group(1))
-                    if not 0 <= duration <= 600:
-                        raise FormatParseError(f"UI-TARS long_press time {raw!r} is outside 0-600 s", text, at)
-            return Action(POINTED[name], point=pt, duration_s=duration), [mpt], name
-        if name == "drag":
-            pt, mpt = need("start_box")
-            end, mend = need("end_box")
-            return Action(ActionKind.DRAG, point=pt, end=end), [mpt, mend], name
-        if name == "scroll":
-            direction, at = string("direction")
-            start = boxes.get("start_box")
-            if not direction.strip() and "end_box" in boxes:
-                pt, mpt = need("start_box")
-                end, mend = need("end_box")
-                return Action(ActionKind.DRAG, point=pt, end=end), [mpt, mend], name
-            d = direction.strip().lower()
-            if d not in ("up", "down", "left", "right"):
-                raise FormatParseError(
-                    f"UI-TARS scroll direction must be up, down, left or right, got {direction!r}", text, at
-                )
-            point = start[0] if start else None
-            mpts = [start[1]] if start and start[0] is not None else []
-            return Action(ActionKind.SCROLL, direction=d, point=point), mpts, name
-        if name == "type":
-            content, at = string("content")
-            if not content:
-                raise FormatParseError("UI-TARS type needs a non-empty content", text, at)
-            return Action(ActionKind.TYPE, text=content), [], name
-        if name == "hotkey":
-            keys_text, at = string("key", "hotkey", "keys")
-            parts = [p for p in re.split(r"\s*\+\s*|\s+", keys_text.strip()) if p]
-            if not parts:
-                raise FormatParseError("UI-TARS hotkey needs key='...' with at least one key", text, at)
-            try:
-                keys = tuple(normalize_key(p) for p in parts)
-            except InvalidAction as e:
-                raise FormatParseError(f"UI-TARS hotkey {keys_text!r}: {e}", text, at) from None
-            return Action(ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY, keys=keys), [], name
-        if name == "wait":
-            return Action(ActionKind.WAIT, duration_s=WAIT_S), [], name
-        if name == "finished":
-            content, _ = string("content")
-            return Action(ActionKind.FINISH, text=content or None), [], name
-        if name == "call_user":
-            return Action(ActionKind.INFEASIBLE, text=CALL_USER_REASON), [], name
-        if name == "press_home":
-            return Action(ActionKind.HOME), [], name
-        if name == "press_back":
-            return Action(ActionKind.BACK), [], name
-        if name == "open_app":
-            app, at = string("app_name", "app")
-            if not app.strip():
-                raise FormatParseError("UI-TARS open_app needs a non-empty app_name", text, at)
-            return Action(ActionKind.OPEN_APP, text=app.strip()), [], name
-        raise FormatParseError(f"unknown UI-TARS action {name!r}", text, off)  # pragma: no cover
+    name: str
+    kwargs: dict[str, tuple[Any, int]]
+    boxes: dict[str, tuple[Point | None, tuple[float, float]]]
+    """slot ("start_box" / "end_box") -> (frame point or None for the no-target point, model point)."""
+    text: str
+    off: int
+
+    def need(self, slot: str) -> tuple[Point, tuple[float, float]]:
+        """The box in ``slot``; FormatParseError when it is missing or the no-target point."""
+        if slot not in self.boxes:
+            raise FormatParseError(f"UI-TARS {self.name} needs {slot}='(x,y)'", self.text, self.off)
+        pt, mpt = self.boxes[slot]
+        if pt is None:
+            raise FormatParseError(f"UI-TARS {self.name} {slot} is the no-target point", self.text,
+                                   self.slot_pos(slot))
+        return pt, mpt
+
+    def slot_pos(self, slot: str) -> int:
+        for key, (_, at) in self.kwargs.items():
+            if _BOX_ALIASES.get(key) == slot:
+                return at
+        return self.off
+
+    def string(self, key: str, *alts: str) -> tuple[str, int]:
+        """The first of the keywords given, as a string, with its position ("" at the call when absent)."""
+        for k in (key, *alts):
+            if k in self.kwargs:
+                value, at = self.kwargs[k]
+                return (value if isinstance(value, str) else str(value)), at
+        return "", self.off
+
+
+def _pointed(call: _Call) -> Mapped:
+    pt, mpt = call.need("start_box")
+    duration = _press_time(call) if call.name == "long_press" else None
+    return Action(POINTED[call.name], point=pt, duration_s=duration), [mpt], call.name
+
+
+def _press_time(call: _Call) -> float | None:
+    """v1 long_press's ``time`` (or ``duration``) in seconds; None when not given."""
+    raw, at = call.string("time", "duration")
+    if not raw.strip():
+        return None
+    m = re.fullmatch(r"\s*(" + _NUM + r")\s*s?\s*", raw)
+    if not m:
+        raise FormatParseError(f"UI-TARS long_press time {raw!r} is not a number of seconds", call.text, at)
+    duration = float(m.group(1))
+    if not 0 <= duration <= 600:
+        raise FormatParseError(f"UI-TARS long_press time {raw!r} is outside 0-600 s", call.text, at)
+    return duration
+
+
+def _drag(call: _Call) -> Mapped:
+    pt, mpt = call.need("start_box")
+    end, mend = call.need("end_box")
+    return Action(ActionKind.DRAG, point=pt, end=end), [mpt, mend], call.name
+
+
+def _scroll(call: _Call) -> Mapped:
+    direction, at = call.string("direction")
+    start = call.boxes.get("start_box")
+    if not direction.strip() and "end_box" in call.boxes:
+        return _drag(call)  # v1 mobile scroll(start_box, end_box): a swipe between the two points
+    d = direction.strip().lower()
+    if d not in ("up", "down", "left", "right"):
+        raise FormatParseError(
+            f"UI-TARS scroll direction must be up, down, left or right, got {direction!r}", call.text, at
+        )
+    point = start[0] if start else None
+    mpts = [start[1]] if start and start[0] is not None else []
+    return Action(ActionKind.SCROLL, direction=d, point=point), mpts, call.name
+
+
+def _type(call: _Call) -> Mapped:
+    content, at = call.string("content")
+    if not content:
+        raise FormatParseError("UI-TARS type needs a non-empty content", call.text, at)
+    return Action(ActionKind.TYPE, text=content), [], call.name
+
+
+def _hotkey(call: _Call) -> Mapped:
+    keys_text, at = call.string("key", "hotkey", "keys")
+    parts = [p for p in re.split(r"\s*\+\s*|\s+", keys_text.strip()) if p]
+    if not parts:
+        raise FormatParseError("UI-TARS hotkey needs key='...' with at least one key", call.text, at)
+    try:
+        keys = tuple(normalize_key(p) for p in parts)
+    except InvalidAction as e:
+        raise FormatParseError(f"UI-TARS hotkey {keys_text!r}: {e}", call.text, at) from None
+    return Action(ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY, keys=keys), [], call.name
+
+
+def _finished(call: _Call) -> Mapped:
+    content, _ = call.string("content")
+    return Action(ActionKind.FINISH, text=content or None), [], call.name
+
+
+def _open_app(call: _Call) -> Mapped:
+    app, at = call.string("app_name", "app")
+    if not app.strip():
+        raise FormatParseError("UI-TARS open_app needs a non-empty app_name", call.text, at)
+    return Action(ActionKind.OPEN_APP, text=app.strip()), [], call.name
+
+
+def _plain(kind: ActionKind, **fields: Any) -> Callable[[_Call], Mapped]:
+    """The mapper of a call that always means the same action (its arguments are ignored)."""
+    return lambda call: (Action(kind, **fields), [], call.name)
+
+
+_MAPPERS: dict[str, Callable[[_Call], Mapped]] = {
+    **{name: _pointed for name in POINTED},
+    "drag": _drag,
+    "scroll": _scroll,
+    "type": _type,
+    "hotkey": _hotkey,
+    "wait": _plain(ActionKind.WAIT, duration_s=WAIT_S),
+    "finished": _finished,
+    "call_user": _plain(ActionKind.INFEASIBLE, text=CALL_USER_REASON),
+    "press_home": _plain(ActionKind.HOME),
+    "press_back": _plain(ActionKind.BACK),
+    "open_app": _open_app,
+}
