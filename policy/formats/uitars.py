@@ -5,9 +5,10 @@ Versions (``preset.version``)
     codes/prompts.py templates. ``"1"``: Qwen2-VL based, a 0-1000 grid (``RELATIVE_1000``), the
     README_v1 templates: computer adds ``call_user()`` and has a bare ``finished()``; mobile has
     ``long_press(start_box, time)`` and ``scroll(start_box, end_box)``; grounding asks for one point.
-    Variants (``preset.variant``): ``computer``, ``mobile``, ``grounding``. ``{language}`` is
-    ``UiTarsFormat.language`` (English by default). The v1 README writes its computer template as a
-    raw string whose code fence shows a literal ``\\n``; handeye uses real line breaks there.
+    Variants (``preset.variant``): ``computer``, ``mobile``, ``grounding``; the templates are in
+    ``policy.formats.uitars_prompts``. ``{language}`` is ``UiTarsFormat.language`` (English by
+    default). The v1 README writes its computer template as a raw string whose code fence shows a
+    literal ``\\n``; handeye uses real line breaks there.
 
 Messages
     system "You are a helpful assistant.", user(prompt), then per past step user(its screenshot,
@@ -59,93 +60,13 @@ from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import CoordinateError, FormatParseError
 from policy.formats.base import Parsed, Prompt
+from policy.formats.uitars_prompts import PROMPTS, SYSTEM_PROMPT
 from policy.presets import ModelPreset
 
-SYSTEM_PROMPT = "You are a helpful assistant."
 CALL_USER_REASON = "the model asked for the user"
 WAIT_S = 5.0
 VARIANTS = ("computer", "mobile", "grounding")
 VERSIONS = ("1.5", "1")
-
-_BOX = "'<|box_start|>(x1,y1)<|box_end|>'"
-_BOX3 = "'<|box_start|>(x3,y3)<|box_end|>'"
-_FIRST = (
-    "You are a GUI agent. You are given a task and your action history, with screenshots. "
-    "You need to perform the next action to complete the task."
-)
-_FENCE = "```\nThought: ...\nAction: ...\n```"
-_ESC_NOTE = (
-    "# Use escape characters \\', \\\", and \\n in content part to ensure we can parse the content in normal "
-    "python string format."
-)
-_NOTE_15 = (
-    "## Note\n- Use {language} in `Thought` part.\n"
-    "- Write a small plan and finally summarize your next action (with its target element) in one sentence in "
-    "`Thought` part.\n\n## User Instruction\n{instruction}"
-)
-
-COMPUTER_15 = (
-    _FIRST + "\n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n\n"
-    f"click(start_box={_BOX})\n"
-    f"left_double(start_box={_BOX})\n"
-    f"right_single(start_box={_BOX})\n"
-    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
-    "hotkey(key='')\n"
-    "type(content='xxx') " + _ESC_NOTE + " If you want to submit your input, use \\n at the end of content. \n"
-    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
-    "wait() #Sleep for 5s and take a screenshot to check for any changes.\n"
-    "finished(content='xxx') " + _ESC_NOTE + "\n\n\n" + _NOTE_15
-)
-MOBILE_15 = (
-    _FIRST + " \n## Output Format\n" + _FENCE + "\n## Action Space\n\n"
-    f"click(start_box={_BOX})\n"
-    f"long_press(start_box={_BOX})\n"
-    "type(content='') #If you want to submit your input, use \"\\n\" at the end of `content`.\n"
-    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
-    "open_app(app_name='')\n"
-    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
-    "press_home()\n"
-    "press_back()\n"
-    "finished(content='xxx') " + _ESC_NOTE + "\n\n\n" + _NOTE_15
-)
-GROUNDING_15 = (
-    _FIRST + " \n\n## Output Format\n\nAction: ...\n\n\n## Action Space\n"
-    f"click(start_box={_BOX})\n\n## User Instruction\n{{instruction}}"
-)
-COMPUTER_1 = (
-    _FIRST + " \n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n\n"
-    f"click(start_box={_BOX})\n"
-    f"left_double(start_box={_BOX})\n"
-    f"right_single(start_box={_BOX})\n"
-    f"drag(start_box={_BOX}, end_box={_BOX3})\n"
-    "hotkey(key='')\n"
-    "type(content='') #If you want to submit your input, use \"\\n\" at the end of `content`.\n"
-    f"scroll(start_box={_BOX}, direction='down or up or right or left')\n"
-    "wait() #Sleep for 5s and take a screenshot to check for any changes.\n"
-    "finished()\n"
-    "call_user() # Submit the task and call the user when the task is unsolvable, or when you need the user's help.\n"
-    "\n\n## Note\n- Use {language} in `Thought` part.\n"
-    "- Summarize your next action (with its target element) in one sentence in `Thought` part.\n\n"
-    "## User Instruction\n{instruction}"
-)
-MOBILE_1 = (
-    _FIRST + " \n\n## Output Format\n" + _FENCE + "\n\n## Action Space\n"
-    f"click(start_box={_BOX})\n"
-    f"long_press(start_box={_BOX}, time='')\n"
-    "type(content='')\n"
-    f"scroll(start_box={_BOX}, end_box={_BOX3})\n"
-    "press_home()\n"
-    "press_back()\n"
-    "finished(content='') # Submit the task regardless of whether it succeeds or fails.\n\n" + _NOTE_15
-)
-GROUNDING_1 = (
-    "Output only the coordinate of one point in your response. What element matches the following task: "
-    "{instruction}"
-)
-PROMPTS: dict[tuple[str, str], str] = {
-    ("1.5", "computer"): COMPUTER_15, ("1.5", "mobile"): MOBILE_15, ("1.5", "grounding"): GROUNDING_15,
-    ("1", "computer"): COMPUTER_1, ("1", "mobile"): MOBILE_1, ("1", "grounding"): GROUNDING_1,
-}
 
 POINTED = {"click": ActionKind.CLICK, "left_single": ActionKind.CLICK, "left_double": ActionKind.DOUBLE_CLICK,
            "right_single": ActionKind.RIGHT_CLICK, "long_press": ActionKind.LONG_PRESS}
