@@ -4,8 +4,9 @@
     result = asyncio.run(session.run())
 
 N actors, asyncio tasks, each drive their own device (web: their own Chromium) through an environment with the
-agent's environment loop (``agent.eval``'s episode runner: decide, verify, step, record). They all sample from ONE
-inference backend. A learner thread runs ``Trainer.run_stream`` on its own copy of the model, fed by the transport
+one episode runner (``agent/runner.py``: decide, verify, guard, step, record), as ``agent eval`` does; each sees
+the session only through a narrow ``ActorContext`` (``agent/online/context.py``), the learner thread only through
+a ``LearnerContext``. They all sample from ONE inference backend. A learner thread runs ``Trainer.run_stream`` on its own copy of the model, fed by the transport
 (``train.transport``); after every update it publishes adapter vN (``train.adapters``: an atomic folder and its
 sha256), and the actors' backend loads vN between two steps, after checking the bytes, without reloading the base
 model. Every step records the adapter version that decided it (``info.policy.adapter_version`` in steps.jsonl),
@@ -38,18 +39,19 @@ device; ``--resume RUN_DIR`` continues from the last checkpoint with the same da
 
 Modules, in reading order: ``settings`` (OnlineConfig, OnlineError, the settings on disk), ``tasks`` (the seed
 stream, the shared curriculum, the episode queue), ``versions`` (loading versions, timing their propagation),
+``context`` (what actors and learner see of the session), ``batcher`` (batched generation for the actors),
 ``actors`` (an actor and the policy of its episodes, the step reward), ``learner`` (the learner thread and its feed),
 ``session`` (the wiring, the monitor, shutdown), ``curve``. The command, ``agent train --online``, is
 ``agent.cli.train_online``. docs/online.md has the whole picture.
 """
 
-from agent.online.actors import Actor, step_reward
+from agent.online.actors import OnlineActor, step_reward
 from agent.online.curve import curve_points, plot_online_curve
 from agent.online.session import OnlineResult, OnlineSession
 from agent.online.settings import DEVICE_KINDS, OnlineConfig, OnlineError, config_overrides, load_session
 from agent.online.tasks import TaskDraw, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
 
-__all__ = ["DEVICE_KINDS", "Actor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
+__all__ = ["DEVICE_KINDS", "OnlineActor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
            "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session",
            "plot_online_curve", "step_reward"]

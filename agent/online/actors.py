@@ -1,5 +1,6 @@
-"""Actors: each drives its own device through the environment with the agent's environment loop, samples from the
-session's shared backend, scores the answers and sends the samples."""
+"""Actors: each drives its own device through an environment with the one episode runner (``agent/runner.py``),
+samples from the session's shared backend, scores the answers and sends the samples. An actor sees its session only
+through an ``ActorContext`` (``agent/online/context.py``)."""
 
 from __future__ import annotations
 
@@ -9,101 +10,28 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agent.eval import run_env_episode
+from agent.online.context import ActorContext
 from agent.online.settings import OnlineError
 from agent.online.tasks import Job
+from agent.runner import TYPED_ERRORS, run_episode
 from envs.records import Outcome
 from policy.base import Decision, HistoryEntry
 from policy.backends.hf import split_images
 from policy.errors import FormatParseError
 from train.rewards import is_collinear
 from train.samples import TrainSample
-from train.transport import ActorStatus, EpisodeMessage, GroupMessage
-
-if TYPE_CHECKING:
-    from agent.online.session import OnlineSession
+from train.transport import ActorStatus, EpisodeMessage, GroupMessage, TransportClosed
 
 log = logging.getLogger(__name__)
-
-
-class Batcher:
-    """Joins the actors' concurrent generate calls into one backend call (one batched ``generate``)."""
-
-    def __init__(self, backend: Any, max_batch: int) -> None:
-        self.backend, self.max_batch = backend, max_batch
-        self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def generate(self, request: Any) -> Any:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="generate-batcher")
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((request, fut))
-        self._wake.set()
-        return await fut
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await asyncio.sleep(0)  # let actors that are about to ask join this batch
-            while self._pending:
-                batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
-                batch = [(r, f) for r, f in batch if not f.done()]
-                if not batch:
-                    continue
-                try:
-                    gens = await self.backend.generate([r for r, _ in batch])
-                except Exception as exc:  # every waiting actor sees the backend's error
-                    for _, f in batch:
-                        if not f.done():
-                            f.set_exception(exc)
-                    continue
-                for (_, f), g in zip(batch, gens):
-                    if not f.done():
-                        f.set_result(g)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
-class TimedDevice:
-    """A device proxy that adds the seconds spent in observe, act and settle to ``clock`` (the environment calls
-    them inside its own reset and step)."""
-
-    def __init__(self, inner: Any, clock: dict[str, float]) -> None:
-        self._inner, self._clock = inner, clock
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def _timed(self, phase: str, coro: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return await coro
-        finally:
-            self._clock[phase] = self._clock.get(phase, 0.0) + time.perf_counter() - t0
-
-    async def observe(self) -> Any:
-        return await self._timed("observe", self._inner.observe())
-
-    async def act(self, action: Any) -> Any:
-        return await self._timed("act", self._inner.act(action))
-
-    async def settle(self) -> Any:
-        return await self._timed("settle", self._inner.settle())
 
 
 def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False) -> tuple[float, dict[str, float]]:
     """(reward, parts) of one answer from the step verifier's verdicts on its actions, in order.
 
-    AEPO's released reward (shared/research/algorithms.md §1.3) with the environment's verifier in place of the box
-    test: an answer that does not parse scores -1; N actions (points) of which the first correct one is the k-th
+    AEPO's released reward (docs/algorithms.md, "The online step reward") with the environment's verifier in place of
+    the box test: an answer that does not parse scores -1; N actions (points) of which the first correct one is the k-th
     score 1 + 1/sqrt(N k); none correct, 1 - 1/N; three collinear points, -1. With one action per answer (the
     other families) that is 2 for a right action, 0 for a wrong one and -1 for no parsable answer.
     ``parts["correct"]`` is 1 when some action is right (what the curriculum and the filters count)."""
@@ -123,50 +51,49 @@ class ActorPolicy:
 
     name = "online"
 
-    def __init__(self, actor: Actor, env: Any, job: Job) -> None:
+    def __init__(self, actor: OnlineActor, env: Any, job: Job) -> None:
         self.actor, self.env, self.job = actor, env, job
-        self.session = actor.session
+        self.ctx = actor.ctx
         self.episode_samples: list[TrainSample] = []
         self.versions: list[str] = []
         self.index = 0
 
     def describe(self) -> dict[str, Any]:
-        s = self.session
-        return {**s.model_policy.describe(), "name": self.name, "actor": self.actor.name,
-                "group_level": s.online.group_level, "adapter_version": s.follower.current.version
-                if s.follower.current else None}
+        ctx = self.ctx
+        return {**ctx.policy.describe(), "name": self.name, "actor": self.actor.name,
+                "group_level": ctx.settings.group_level,
+                "adapter_version": ctx.follower.current.version if ctx.follower.current else None}
 
     async def decide(self, task: str, history: Sequence[HistoryEntry], observation: Any, n: int = 0) -> Decision:
-        s, clock = self.session, self.actor.clock
+        ctx, clock, step_level = self.ctx, self.actor.clock, self.ctx.settings.group_level == "step"
         t0 = time.perf_counter()
-        await s.wait_for_room()
+        await ctx.wait_for_room()
         t1 = time.perf_counter()
-        await s.follower.sync()
+        await ctx.follower.sync()
         t2 = time.perf_counter()
-        n_answers = s.config.rl.group_size if s.online.group_level == "step" else 1
-        request, space = s.model_policy.request(task, history, observation, n_answers)
-        generation = await s.generate(request)
+        request, space = ctx.policy.request(task, history, observation, ctx.settings.group_size if step_level else 1)
+        generation = await ctx.generate(request)
         t3 = time.perf_counter()
-        decision = s.model_policy.decision(generation, space, history)
+        decision = ctx.policy.decision(generation, space, history)
         version = generation.adapter_version
         if version and (not self.versions or self.versions[-1] != version):
             self.versions.append(version)
-        s.clock.acted(self.actor.name, _version_step(version), time.time(), s.alive_actors())
+        ctx.versions.acted(self.actor.name, _version_step(version), time.time(), ctx.alive_actors())
         messages, images = split_images(request.messages)
+        image = images[0] if images else None
         info = dict(decision.info)
         if len(images) > 1:
-            s.warn_once("images", f"the {s.model_policy.preset.family} prompt shows {len(images)} images; training "
-                                  "samples hold one, so steps with several are not trained on")
-        elif s.online.group_level == "step":
+            ctx.warn_once("images", f"the {ctx.policy.preset.family} prompt shows {len(images)} images; training "
+                                    "samples hold one, so steps with several are not trained on")
+        elif step_level:
             rewards = await self._score(generation, space, history)
             info["sample_rewards"] = [r for r, _ in rewards]
-            self._send_step_group(messages, images[0] if images else None, observation.size, space.input_size,
-                                  generation, rewards, version)
+            self._send_step_group(messages, image, observation.size, space.input_size, generation, rewards, version)
         else:
             sample = generation.samples[0] if generation.samples else None
             if sample is not None and sample.token_ids:
-                self.episode_samples.append(self._sample(messages, images[0] if images else None, observation.size,
-                                                         space.input_size, sample, 0.0, {}, version, 0))
+                self.episode_samples.append(self._sample(messages, image, observation.size, space.input_size, sample,
+                                                         0.0, {}, version, 0))
         t4 = time.perf_counter()
         for phase, dt in (("wait", t1 - t0), ("adapter_sync", t2 - t1), ("generate", t3 - t2), ("score", t4 - t3)):
             clock[phase] = clock.get(phase, 0.0) + dt
@@ -178,8 +105,8 @@ class ActorPolicy:
                      ) -> list[tuple[float, dict[str, float]]]:
         """Each answer's reward from the step verifier (``step_reward``); every action of every answer is checked in
         one ``env.verify`` call."""
-        s = self.session
-        fmt, preset = s.model_policy.format, s.model_policy.preset
+        ctx = self.ctx
+        fmt, preset = ctx.policy.format, ctx.policy.preset
         answers: list[Any] = []
         for sample in generation.samples:
             try:
@@ -189,8 +116,8 @@ class ActorPolicy:
         flat = [a for p in answers if p is not None for a in p.actions]
         found = await self.env.verify(flat) if flat else []
         if found is None:
-            s.fatal(OnlineError(f"{s.online.env} has no step verifier, so step-level groups cannot be scored: "
-                                f"use --group-level episode"))
+            ctx.fatal(OnlineError(f"{ctx.settings.env} has no step verifier, so step-level groups cannot be scored: "
+                                  f"use --group-level episode"))
             found = [None] * len(flat)
         verdicts = iter(found)
         out = []
@@ -210,7 +137,7 @@ class ActorPolicy:
             messages=messages, image=image, frame_size=tuple(frame_size), input_size=tuple(input_size),
             response_text=sample.text, response_ids=tuple(sample.token_ids), behaviour_logprobs=sample.logprobs,
             reward=reward, reward_parts=parts, adapter_version=version,
-            origin={"id": job.task_id, "env": self.session.online.env, "seed": job.seed, "actor": self.actor.name,
+            origin={"id": job.task_id, "env": self.ctx.settings.env, "seed": job.seed, "actor": self.actor.name,
                     "step": self.index, "sample": i, **origin},
             id=f"{self.actor.episode_key}/{self.index}/{i}")
 
@@ -222,8 +149,8 @@ class ActorPolicy:
                          trajectory=self.actor.episode_key, level="step")
             for i, (smp, (r, parts)) in enumerate(zip(generation.samples, rewards)) if smp.token_ids)
         key = f"{self.actor.episode_key}/{self.index}"
-        self.session.send(GroupMessage(id=key, actor=self.actor.name, group=key, parts=1, level="step",
-                                       samples=samples, created_at=time.time()))
+        self.actor.send(GroupMessage(id=key, actor=self.actor.name, group=key, parts=1, level="step",
+                                     samples=samples, created_at=time.time()))
 
     def scored_steps(self, reward: float) -> tuple[TrainSample, ...]:
         """Episode level: this episode's steps, each with the episode's checker reward."""
@@ -233,16 +160,17 @@ class ActorPolicy:
                      for smp in self.episode_samples)
 
 
-class Actor:
+class OnlineActor:
     """One actor: its own device, episode after episode, until the session stops or the actor is dropped."""
 
-    def __init__(self, session: OnlineSession, index: int) -> None:
-        self.session = session
+    def __init__(self, ctx: ActorContext, index: int) -> None:
+        self.ctx = ctx
         self.index = index
         self.name = f"actor-{index}"
         self.device: Any = None
         self.env: Any = None
         self.clock: dict[str, float] = {}
+        """Seconds of this episode's decisions spent waiting, syncing adapters, generating and scoring."""
         self.episodes = 0
         self.steps = 0
         """Steps of finished episodes."""
@@ -257,29 +185,35 @@ class Actor:
     def status(self, state: str | None = None) -> None:
         if state is not None:
             self.state = state
-        s = self.session
-        s.transport.set_status(ActorStatus(self.name, self.state, s.follower.current.version if s.follower.current
-                                           else None, self.episodes, self.steps, self.restarts, self.error,
-                                           time.time()))
+        current = self.ctx.follower.current
+        self.ctx.transport.set_status(ActorStatus(self.name, self.state, current.version if current else None,
+                                                  self.episodes, self.steps, self.restarts, self.error, time.time()))
+
+    def send(self, message: GroupMessage | EpisodeMessage) -> None:
+        """To the learner; nothing is sent once the transport is closed (the session is stopping)."""
+        try:
+            self.ctx.transport.send(message)
+        except TransportClosed:
+            return
+        if isinstance(message, GroupMessage):
+            self.ctx.counters.add("samples_sent", len(message.samples))
 
     async def _ensure_env(self) -> Any:
         if self.env is not None:
             return self.env
         from envs.registry import make
 
-        s, kwargs = self.session, {}
-        if s.online.max_steps:
-            kwargs["max_steps"] = s.online.max_steps
-        if s.online.device_kind == "web":
+        settings, kwargs = self.ctx.settings, {}
+        if settings.device_kind == "web":
             from devices.web import PlaywrightDevice, WebConfig
 
             device = PlaywrightDevice(WebConfig())
             await asyncio.wait_for(device.start(), timeout=60)
             self.device = device
-            kwargs["device"] = TimedDevice(device, self.clock)
-        elif s.online.device_kind == "android" and s.online.serials:
-            kwargs["serial"] = s.online.serials[self.index]
-        self.env = make(s.online.env, **kwargs)
+            kwargs["device"] = device
+        elif settings.device_kind == "android" and settings.serials:
+            kwargs["serial"] = settings.serials[self.index]
+        self.env = make(settings.env, max_steps=settings.max_steps or None, **kwargs)
         return self.env
 
     async def _close_env(self) -> None:
@@ -296,28 +230,30 @@ class Actor:
         """A device or environment failure; returns True when the actor is dropped."""
         self.failures += 1
         self.error = why
-        if self.failures > self.session.online.max_restarts:
+        limit = self.ctx.settings.max_restarts
+        if self.failures > limit:
             log.error("%s dropped after %d failures in a row; last: %s (the other actors go on)", self.name,
                       self.failures, why)
             self.status("dropped")
             return True
         self.restarts += 1
-        log.warning("%s: device failed (%s); restarting it (%d/%d)", self.name, why, self.failures,
-                    self.session.online.max_restarts)
+        log.warning("%s: device failed (%s); restarting it (%d/%d)", self.name, why, self.failures, limit)
         self.status("restarting")
         return False
 
     async def run(self) -> None:
-        s = self.session
+        """Episodes until the session stops. A bug (an error that is not a device, environment or policy failure)
+        stops the whole session with that error."""
+        ctx = self.ctx
         try:
             self.status("waiting")
-            await s.wait_ready()
+            await ctx.wait_ready()
             self.status("running")
-            while not s.stopping:
-                job = s.jobs.next()
+            while not ctx.stopping():
+                job = ctx.jobs.next()
                 try:
                     env = await self._ensure_env()
-                except Exception as exc:  # the device would not start: the same as dying
+                except (*TYPED_ERRORS, OSError, asyncio.TimeoutError) as exc:  # would not start: the same as dying
                     await self._close_env()
                     if self._failed(f"{type(exc).__name__}: {exc}"):
                         return
@@ -330,48 +266,46 @@ class Actor:
                 else:
                     self.failures = 0
                 self.status("running")
+        except Exception as exc:
+            ctx.fatal(exc)
+            raise
         finally:
             await self._close_env()
             if self.state != "dropped":
                 self.status("stopped")
 
     async def _episode(self, job: Job, env: Any) -> bool:
-        s = self.session
-        writer = s.run_writer.episode(task="", env={"name": s.online.env, "seed": job.seed})
-        self.episode_key = f"{s.session_id}/{writer.episode_id}"
+        """One episode of ``job``; returns whether the device or environment failed (it is then replaced)."""
+        ctx = self.ctx
+        writer = ctx.run.episode(task="", env={"name": ctx.settings.env, "seed": job.seed})
+        self.episode_key = f"{ctx.settings.session_id}/{writer.episode_id}"
         self.clock.clear()
-        holder: list[ActorPolicy] = []
-
-        def factory(e: Any) -> ActorPolicy:
-            holder.append(ActorPolicy(self, e, job))
-            return holder[-1]
-
+        policy = ActorPolicy(self, env, job)
         started = time.time()
         try:
-            result, broken = await run_env_episode(s.online.env, job.seed, env, factory, writer,
-                                                   s.online.max_steps or None)
+            result = await run_episode(env, policy, writer, seed=job.seed)
         finally:  # interrupted episodes too: the record says which actor ran it and with which versions
             writer.update(env={**(writer.record.env or {}), "actor": self.name, "group": job.group, "hard": job.hard,
-                               "versions": holder[-1].versions if holder else []})
+                               "versions": policy.versions})
         record = result.record
-        policy = holder[-1] if holder else None
         outcome = record.outcome or Outcome.ABORTED
         reward = None if outcome in (Outcome.ABORTED, Outcome.INTERRUPTED) else float(record.return_ or 0.0)
-        if s.online.group_level == "episode":
+        if ctx.settings.group_level == "episode":
             # An episode with nothing to learn from (aborted, interrupted) is an empty part: its group still completes.
-            samples = policy.scored_steps(reward) if policy is not None and reward is not None else ()
-            s.send(GroupMessage(id=self.episode_key, actor=self.name, group=job.group, parts=job.parts,
-                                level="episode", samples=samples, created_at=time.time()))
+            samples = policy.scored_steps(reward) if reward is not None else ()
+            self.send(GroupMessage(id=self.episode_key, actor=self.name, group=job.group, parts=job.parts,
+                                   level="episode", samples=samples, created_at=time.time()))
         self.episodes += 1
         self.steps += record.num_steps
+        broken = result.error is not None
         if broken:
             reason = record.reason or {}
             self.error = f"{reason.get('type', 'Error')}: {reason.get('message', '')}"
         timings = {**{k: float(v) for k, v in record.timings.items()}, **self.clock}
-        s.send(EpisodeMessage(id=self.episode_key, actor=self.name, env=s.online.env, seed=job.seed,
-                              episode_id=record.episode_id, outcome=outcome.value, reward=reward,
-                              steps=record.num_steps, versions=tuple(policy.versions if policy else ()),
-                              started_at=started, ended_at=time.time(), timings=timings, group=job.group))
+        self.send(EpisodeMessage(id=self.episode_key, actor=self.name, env=ctx.settings.env, seed=job.seed,
+                                 episode_id=record.episode_id, outcome=outcome.value, reward=reward,
+                                 steps=record.num_steps, versions=tuple(policy.versions), started_at=started,
+                                 ended_at=time.time(), timings=timings, group=job.group))
         return broken
 
 

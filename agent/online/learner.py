@@ -16,23 +16,21 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent.online.context import LearnerContext
 from train.adapters import AdapterRef, AdapterStore
 from train.samples import TrainSample
 from train.transport import GroupAssembler, TransportClosed
-
-if TYPE_CHECKING:
-    from agent.online.session import OnlineSession
 
 log = logging.getLogger(__name__)
 
 
 class LearnerLoop:
-    """The learner thread of ``session`` (see the module docstring)."""
+    """The learner thread of a session, which it sees through ``ctx`` (see the module docstring)."""
 
-    def __init__(self, session: OnlineSession, trainer: Any, store: AdapterStore) -> None:
-        self.session, self.trainer, self.store = session, trainer, store
+    def __init__(self, ctx: LearnerContext, trainer: Any, store: AdapterStore) -> None:
+        self.ctx, self.trainer, self.store = ctx, trainer, store
         self.assembler = GroupAssembler()
         self.error: BaseException | None = None
         self.learn_s = 0.0
@@ -59,7 +57,7 @@ class LearnerLoop:
             log.error("the learner failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
             self._emergency_checkpoint()
         finally:
-            loop.call_soon_threadsafe(self.session.request_stop, "learner-error" if self.error else "learner-done")
+            loop.call_soon_threadsafe(self.ctx.request_stop, "learner-error" if self.error else "learner-done")
 
     def _emergency_checkpoint(self) -> None:
         """After an error: the last completed update's state, unless a checkpoint of it exists already."""
@@ -75,38 +73,38 @@ class LearnerLoop:
 
     def publish(self) -> AdapterRef:
         ref = self.store.publish(self.trainer.learner)
-        self.session.clock.published(ref)
-        self.session.transport.announce(ref)
+        self.ctx.versions.published(ref)
+        self.ctx.transport.announce(ref)
         return ref
 
     def feed(self) -> Iterator[list[TrainSample]]:
         """Scored groups for ``Trainer.run_stream``, a batch at a time (see the module docstring)."""
         from train.curriculum import Correctness
 
-        s = self.session
-        flt, lag = s.config.filter, s.online.max_policy_lag
+        ctx = self.ctx
+        flt, lag, count = ctx.filter, ctx.max_policy_lag, ctx.counters.add
         learner = self.trainer.learner
         correct = Correctness()
         no_kl = learner.kl_coef == 0
-        per_batch = s.config.rl.prompts_per_batch
+        per_batch = ctx.prompts_per_batch
         batch: list[list[TrainSample]] = []
-        while not s.stopping:
+        while not ctx.stopping():
             try:
-                msg = s.transport.receive_group(timeout=0.2)
+                msg = ctx.transport.receive_group(timeout=0.2)
             except TransportClosed:
                 return
             groups = self.assembler.add(msg) if msg is not None else []
             groups += self.assembler.expire()
             for g in groups:
-                s.count("samples_received", len(g))
-                s.count("groups_received")
+                count("samples_received", len(g))
+                count("groups_received")
                 n_ok = sum(correct(x) for x in g)
                 if (flt.drop_all_correct and n_ok == len(g)) or (flt.drop_all_wrong and n_ok == 0):
-                    s.count("groups_filtered")
+                    count("groups_filtered")
                     continue
                 if no_kl and len({x.reward for x in g}) < 2:
                     # equal rewards: every advantage is 0 and there is no KL term, so nothing to learn from it
-                    s.count("groups_no_signal")
+                    count("groups_no_signal")
                     continue
                 batch.append(g)
             self.buffered = len(batch)
@@ -116,7 +114,7 @@ class LearnerLoop:
                 fresh = []
                 for g in batch:
                     kept = [x for x in g if learner.staleness(x) <= lag]
-                    s.count("stale_dropped", len(g) - len(kept))
+                    count("stale_dropped", len(g) - len(kept))
                     if len(kept) >= 2 and (kept[0].origin.get("level") != "episode"
                                            or len({x.origin.get("episode") for x in kept}) >= 2):
                         fresh.append(kept)
@@ -133,16 +131,16 @@ class LearnerLoop:
 
     def after_update(self, step: int, metrics: dict[str, float]) -> None:
         """After every update (learner thread): publish vN, add the session's numbers to the metrics."""
-        s = self.session
-        published = s.transport.policy()
+        ctx = self.ctx
+        published = ctx.transport.policy()
         if published is None or published.step != self.trainer.learner.steps:
             t0 = time.perf_counter()
             ref = self.publish()
             metrics["time/publish_s"] = time.perf_counter() - t0
             metrics["online/version"] = float(ref.step)
-        snap = s.stats.snapshot()
-        counts = s.counts()
-        done = [r for r in s.clock.rows() if r["propagation_s"] is not None]
+        snap = ctx.episode_stats()
+        counts = ctx.counters.snapshot()
+        done = [r for r in ctx.versions.rows() if r["propagation_s"] is not None]
         metrics.update({k: v for k, v in (("online/success_rate", snap["success_rate"]),
                                           ("online/reward_mean", snap["reward_mean"])) if math.isfinite(v)})
         metrics.update({
@@ -152,8 +150,8 @@ class LearnerLoop:
             "online/groups_filtered": float(counts.get("groups_filtered", 0)),
             "online/groups_no_signal": float(counts.get("groups_no_signal", 0)),
             "online/duplicates": float(self.assembler.duplicates),
-            "online/actors_alive": float(len(s.alive_actors())),
-            "online/wall_s": s.elapsed(),
+            "online/actors_alive": float(len(ctx.alive_actors())),
+            "online/wall_s": ctx.elapsed(),
         })
         if done:
             metrics["online/propagation_s"] = float(done[-1]["propagation_s"])

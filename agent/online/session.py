@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.online.actors import Actor, Batcher
+from agent.online.actors import OnlineActor
+from agent.online.batcher import Batcher
+from agent.online.context import ActorContext, ActorSettings, Counters, LearnerContext
 from agent.online.curve import plot_online_curve
 from agent.online.learner import LearnerLoop
 from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, OnlineError, config_overrides,
@@ -27,7 +29,7 @@ from agent.online.versions import AdapterFollower, VersionClock
 from envs.records import Outcome
 from envs.trajectory import RunWriter
 from train.adapters import AdapterStore
-from train.transport import EpisodeMessage, GroupMessage, InProcessTransport, Transport, TransportClosed
+from train.transport import EpisodeMessage, InProcessTransport, Transport
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +168,11 @@ class OnlineSession:
         self._fatal: BaseException | None = None
         self._warned: set[str] = set()
         self._stop: asyncio.Event | None = None
-        self._counts: collections.Counter[str] = collections.Counter()
-        self._counts_lock = threading.Lock()
+        self.counters = Counters()
         self._t0: float | None = None
         self._offset_s = 0.0
         self._episode_offset = 0
-        self.actors: list[Actor] = []
+        self.actors: list[OnlineActor] = []
         self._batcher: Batcher | None = None
         self.trainer: Any = None
         self.learner: LearnerLoop | None = None
@@ -196,22 +197,8 @@ class OnlineSession:
             log.error("%s", error)
         self.request_stop("error")
 
-    def send(self, message: GroupMessage | EpisodeMessage) -> None:
-        try:
-            self.transport.send(message)
-        except TransportClosed:
-            return
-        if isinstance(message, GroupMessage):
-            self.count("samples_sent", len(message.samples))
-
-    def count(self, key: str, n: int = 1) -> None:
-        """Add to a session counter (thread-safe: the learner thread counts too)."""
-        with self._counts_lock:
-            self._counts[key] += n
-
     def counts(self) -> dict[str, int]:
-        with self._counts_lock:
-            return dict(self._counts)
+        return self.counters.snapshot()
 
     async def wait_for_room(self) -> None:
         """Backpressure: wait while the learner's backlog (messages queued plus groups waiting in its feed) is at
@@ -277,7 +264,26 @@ class OnlineSession:
         # Temperature 1, top-p 1, no penalties: the behaviour log-probs are the model's own.
         self.model_policy = ModelPolicy(self.backend, preset, n=cfg.rl.group_size)
         store = AdapterStore(self.run_dir / "adapters", keep=online.keep_adapters)
-        self.learner = LearnerLoop(self, self.trainer, store)
+        self.learner = LearnerLoop(self._learner_context(), self.trainer, store)
+
+    def _learner_context(self) -> LearnerContext:
+        return LearnerContext(
+            transport=self.transport, versions=self.clock, filter=self.config.filter,
+            max_policy_lag=self.online.max_policy_lag, prompts_per_batch=self.config.rl.prompts_per_batch,
+            stopping=lambda: self.stopping, request_stop=self.request_stop, counters=self.counters,
+            episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed)
+
+    def _actor_context(self) -> ActorContext:
+        o = self.online
+        settings = ActorSettings(env=o.env, device_kind=o.device_kind, serials=tuple(o.serials),
+                                 max_steps=o.max_steps, group_level=o.group_level,
+                                 group_size=self.config.rl.group_size, max_restarts=o.max_restarts,
+                                 session_id=self.session_id)
+        return ActorContext(
+            settings=settings, run=self.run_writer, jobs=self.jobs, policy=self.model_policy, follower=self.follower,
+            versions=self.clock, transport=self.transport, generate=self.generate, wait_for_room=self.wait_for_room,
+            wait_ready=self.wait_ready, stopping=lambda: self.stopping, alive_actors=self.alive_actors,
+            counters=self.counters, warn_once=self.warn_once, fatal=self.fatal)
 
     def _open_run(self) -> RunWriter:
         run_config = {"kind": "online", "online": dataclasses.asdict(self.online), "train": self.config.to_dict()}
@@ -322,7 +328,8 @@ class OnlineSession:
         n = self.config.rl.group_size
         self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level, n=n,
                           batch=self.config.rl.prompts_per_batch, prefix=f"{self.session_id}/")
-        self.actors = [Actor(self, i) for i in range(self.online.devices)]
+        actor_context = self._actor_context()
+        self.actors = [OnlineActor(actor_context, i) for i in range(self.online.devices)]
         sigint = _install_sigint(loop, self)
         self.learner.start(loop)
         tasks = [asyncio.create_task(a.run(), name=a.name) for a in self.actors]
@@ -375,7 +382,7 @@ class OnlineSession:
 
     def _progress_line(self) -> str:
         snap = self.stats.snapshot()
-        samples = self.counts().get("samples_sent", 0)
+        samples = self.counters.snapshot().get("samples_sent", 0)
         elapsed = time.perf_counter() - self._t0 if self._t0 else 0.0
         rate = f"{snap['success_rate']:.0%}" if math.isfinite(snap["success_rate"]) else "-"
         reward = f"{snap['reward_mean']:.2f}" if math.isfinite(snap["reward_mean"]) else "-"
@@ -422,7 +429,7 @@ class OnlineSession:
         r.updates = self.trainer.step if self.trainer else r.updates
         r.episodes, r.successes, r.steps = int(snap["episodes"]), int(snap["successes"]), int(snap["steps"])
         r.stopped_by = self.stopped_by
-        counts = self.counts()
+        counts = self.counters.snapshot()
         r.samples, r.stale_dropped = counts.get("samples_received", 0), counts.get("stale_dropped", 0)
         r.restarts = sum(a.restarts for a in self.actors)
         r.dropped_actors = [a.name for a in self.actors if a.state == "dropped"]
