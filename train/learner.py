@@ -39,7 +39,6 @@ import math
 import random
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -102,21 +101,10 @@ def attach_lora(backend: TransformersBackend, rank: int, alpha: int, targets: Se
     """The backend's peft model with a trainable active adapter, and that adapter's name: a new LoRA adapter
     (``rank``, ``alpha``, ``targets``, named ``name``) when the backend has none, else the active loaded one (e.g.
     the previous stage's, from ``model.adapter``) made trainable. Only the active adapter's LoRA weights train."""
-    with backend._lock:
-        if backend._peft is None:
-            from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
 
-            config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), bias="none")
-            backend._peft = get_peft_model(backend.model, config, adapter_name=name)
-            backend._adapters[name] = None  # type: ignore[assignment]  # created here, not loaded from a folder
-            backend._peft.base_model.enable_adapter_layers()
-            backend._active = name
-        elif backend._active is None:
-            raise RuntimeError("the backend's adapters are disabled; call backend.use_adapter(version) first")
-        active = backend._active
-        for pname, p in backend._peft.named_parameters():
-            p.requires_grad_("lora_" in pname and f".{active}." in pname)
-        return backend._peft, active
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), bias="none")
+    return backend.trainable_adapter(name, config)
 
 
 def _vision_token_ids(cfg: Any) -> frozenset[int]:
@@ -349,9 +337,8 @@ class Learner:
         updates = self.ppo_epochs * self.minibatches
         recompute_old = updates > 1 or max_stale > 0
 
-        b = self.backend
         totals: dict[str, float] = {}
-        with b._lock:
+        with self.backend.lock():
             self.peft_model.eval()  # no dropout: the recomputed log-probs match the sampler's
             old: list[torch.Tensor | None] = [None] * len(samples)
             if recompute_old:

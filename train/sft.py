@@ -149,7 +149,7 @@ class SupervisedLearner:
     def loss(self, examples: Sequence[SFTExample]) -> float:
         """Token-mean cross-entropy over the examples' target tokens, without updating (no grad)."""
         examples = list(examples)
-        with torch.no_grad(), self.backend._lock:
+        with torch.no_grad(), self.backend.lock():
             lps = [self.target_logprobs(e, i) for i, e in enumerate(examples)]
         return float(-torch.cat([lp[0] for lp in lps]).mean())
 
@@ -164,7 +164,7 @@ class SupervisedLearner:
         # DDP averages gradients over processes; the world-size factor turns that average back into the global sum.
         scale = self.world_size / total_tokens
         loss_sum = 0.0
-        with self.backend._lock:
+        with self.backend.lock():
             self.model.eval()  # no dropout: the same function the sampler computes
             self.optimizer.zero_grad(set_to_none=True)
             for i, example in enumerate(examples):

@@ -23,12 +23,13 @@ torch, transformers and peft are imported when a backend is built, not when this
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +119,7 @@ class TransformersBackend:
         self.logits_processor_factory = logits_processor_factory
         self._lock = threading.Lock()  # one generate or adapter switch at a time
         self._peft: Any = None
-        self._adapters: dict[str, Path] = {}
+        self._adapters: dict[str, Path | None] = {}  # version -> its folder (None: created in memory, for training)
         self._active: str | None = None
         _check_model_dir(model)
         self.processor = _load_processor(model, preset)
@@ -231,7 +232,7 @@ class TransformersBackend:
         path = Path(path)
         with self._lock:
             if version in self._adapters:
-                raise BackendError(f"adapter version {version!r} is already loaded (from {self._adapters[version]}); "
+                raise BackendError(f"adapter version {version!r} is already loaded (from {self._adapters[version] or 'memory: a trained adapter'}); "
                                    f"use a new version name")
             _check_adapter_fits(path, self.model, self.model_id)
             from peft import PeftModel
@@ -276,6 +277,40 @@ class TransformersBackend:
             if self._peft is not None:
                 self._peft.base_model.disable_adapter_layers()
             self._active = None
+
+    @property
+    def peft_model(self) -> Any:
+        """The peft model wrapping ``model`` once an adapter is loaded or created (None before that)."""
+        return self._peft
+
+    def trainable_adapter(self, name: str, lora_config: Any) -> tuple[Any, str]:
+        """The peft model with a trainable active adapter, and that adapter's name, for training in place.
+
+        When no adapter is loaded, a new one is created from ``lora_config`` (a ``peft.LoraConfig``) as ``name`` and
+        made active; otherwise the active loaded one (e.g. the previous stage's, from ``adapter=...``) is used and
+        ``name`` and ``lora_config`` are ignored. Only the active adapter's LoRA weights are left trainable."""
+        with self._lock:
+            if self._peft is None:
+                from peft import get_peft_model
+
+                self._peft = get_peft_model(self.model, lora_config, adapter_name=name)
+                self._adapters[name] = None
+                self._peft.base_model.enable_adapter_layers()
+                self._active = name
+            elif self._active is None:
+                raise BackendError("the backend's adapters are disabled; call use_adapter(version) before training "
+                                   "one of them")
+            active = self._active
+            for pname, p in self._peft.named_parameters():
+                p.requires_grad_("lora_" in pname and f".{active}." in pname)
+            return self._peft, active
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the backend's lock: no generate and no adapter switch runs until the block ends (the learners
+        update the weights under it, so a generation never sees half an update)."""
+        with self._lock:
+            yield
 
     def _activate(self, version: str) -> None:
         self._peft.base_model.enable_adapter_layers()

@@ -142,7 +142,7 @@ def test_a_real_backend_switches_versions_and_refuses_a_corrupt_one(tmp_path):
     v2 = store.publish(learner)
     load_verified(actors, v2)
     assert actors.adapter_version == "learner@2"
-    assert sorted(actors._adapters) == ["learner@2"]  # the old version was unloaded
+    assert sorted(actors.loaded_adapters) == ["learner@2"]  # the old version was unloaded
     assert actors.model is base  # the base model was never reloaded
     with pytest.raises(AdapterError, match="finetune=lora"):
         learner.finetune = "full"

@@ -194,7 +194,7 @@ def test_full_fine_tuning_learns_too(backend):
     # every weight trains (no adapter); the tiny model's small random weights need a large Adam step
     torch.manual_seed(0)
     learner = Learner(backend, algo="aepo", finetune="full", lr=3e-2)
-    assert backend._peft is None and learner.lr == 3e-2
+    assert backend.peft_model is None and learner.lr == 3e-2
     n_params = sum(p.numel() for p in backend.model.parameters())
     assert sum(p.numel() for p in learner.params) == n_params
     rewards = []

@@ -276,3 +276,36 @@ def test_byte_level_tokenizer_round_trips_any_text(backend: TransformersBackend)
     text = 'Tippe „Grüße“ 你好 🙂 <tool_call>\n{"a": [1, 2]}'
     ids = backend.tokenizer.encode(text, add_special_tokens=False)
     assert backend.tokenizer.decode(ids) == text
+
+
+def test_trainable_adapter_is_created_once_and_only_its_lora_weights_train(tiny_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig
+
+    backend = TransformersBackend(tiny_dir, preset=PRESET)
+    assert backend.peft_model is None
+    config = LoraConfig(r=2, lora_alpha=4, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], bias="none")
+    model, name = backend.trainable_adapter("learner", config)
+    assert name == "learner" and model is backend.peft_model and backend.adapter_version == "learner"
+    assert backend.loaded_adapters == ("learner",)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n and ".learner." in n for n in trainable)
+    # a loaded adapter, once active, is the one that trains; the config is not used again
+    backend.load_adapter(make_adapter(tiny_dir, tmp_path / "a1", seed=1), "v1")
+    again, name = backend.trainable_adapter("other", config)
+    assert again is model and name == "v1" and "other" not in backend.loaded_adapters
+    assert all(".v1." in n for n, p in model.named_parameters() if p.requires_grad)
+    backend.disable_adapter()
+    with pytest.raises(BackendError, match="adapters are disabled"):
+        backend.trainable_adapter("learner", config)
+
+
+def test_lock_holds_generation_back(backend: TransformersBackend) -> None:
+    import threading
+
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (run(backend, request()), done.set()))
+    with backend.lock():
+        worker.start()
+        assert not done.wait(0.5)  # generate waits for the lock
+    worker.join(timeout=60)
+    assert done.is_set()
