@@ -52,7 +52,7 @@ import numpy as np
 from devices.base import Box, Observation
 from envs.errors import EnvError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class DatasetFormat(str, Enum):
@@ -180,7 +180,7 @@ def load_grounding(path: str | Path, *, image_dir: str | Path | None = None,
         samples.extend(got)
         rejected.extend(bad)
     for r in rejected:
-        logger.warning("rejected grounding record %s", r)
+        log.warning("rejected grounding record %s", r)
     return GroundingDataset(tuple(samples), LoadReport(tuple(files), len(samples), tuple(rejected)))
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from envs.errors import EnvError
 from envs.grounding import GroundingPrediction, GroundingSample
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 BOX_RGB = (0, 255, 0)
 FIRST_POINT_RGB = (255, 0, 0)
@@ -87,7 +87,7 @@ def draw_samples(samples: Sequence[GroundingSample], out_dir: str | Path, n: int
         try:
             picture = draw_sample(sample, prediction)
         except EnvError as e:
-            logger.warning("skipped drawing: %s", e)
+            log.warning("skipped drawing: %s", e)
             continue
         path = out / f"{index:05d}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', sample.id)}.png"
         if not cv2.imwrite(str(path), cv2.cvtColor(picture, cv2.COLOR_RGB2BGR)):

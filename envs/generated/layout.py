@@ -355,105 +355,134 @@ APP_BAR_H, TAB_H, SIDEBAR_W, MARGIN = 56, 44, 232, 20
 def _place(specs: list[_Spec], params: ScreenParams, rng: random.Random, phone: bool) -> list[Widget]:
     """Absolute boxes: icon buttons in the app bar, tabs under it, menu items in a sidebar (a card on
     a phone), list items in a list card, everything else shelf-packed in rows. Essential widgets
-    (target, look-alikes, form) are placed first so that clutter is what gets dropped."""
+    (target, look-alikes, form) are placed first so that clutter is what gets dropped.
+
+    The random draws happen in a fixed order (the parts below, top to bottom), so a seed always
+    gives the same layout."""
     width, height = params.size
     order = sorted(specs, key=lambda s: (not s.essential, rng.random()))
     by_role: dict[Role, list[_Spec]] = {}
     for s in order:
         by_role.setdefault(s.role, []).append(s)
-    out: list[Widget] = []
-
-    def put(s: _Spec, x: int, y: int, w: int, h: int) -> None:
-        out.append(Widget(s.id, s.role, s.label, (x, y, w, h), s.glyph))
-
-    # app bar: icon buttons right-aligned, at most a few (phone: 3)
-    x = width - 12
-    icons = by_role.get(Role.ICON_BUTTON, [])
-    rest_icons = []
-    for s in icons:
-        size = s.height or rng.choice((32, 36, 40))
-        if x - size < width * (0.55 if phone else 0.6):
-            rest_icons.append(s)
-            continue
-        x -= size
-        put(s, x, (APP_BAR_H - size) // 2, size, size)
-        x -= rng.choice((4, 8, 12))
+    placer = _Placer(width, height, rng)
+    rest_icons = placer.app_bar(by_role.get(Role.ICON_BUTTON, []), phone)
     top = APP_BAR_H
     menus = by_role.get(Role.MENU_ITEM, [])
     sidebar = bool(menus) and not phone
-    # tab strip, right of the sidebar when there is one
     tabs = by_role.get(Role.TAB, [])
-    if tabs:
-        x = SIDEBAR_W + MARGIN if sidebar else MARGIN
-        for s in tabs:
-            h = s.height or TAB_H - 8
-            w = _text_width(s.label, 14) + 28
-            if x + w > width - MARGIN:
-                break
-            put(s, x, top + (TAB_H - h) // 2, w, h)
-            x += w + 4
+    if tabs:  # the tab strip, right of the sidebar when there is one
+        placer.tabs(tabs, SIDEBAR_W + MARGIN if sidebar else MARGIN, top)
         top += TAB_H
-    # sidebar (desktop) with menu items
     main_x0 = MARGIN
-    y = top + 16
     if sidebar:
-        my = APP_BAR_H + 16
-        for s in menus:
-            h = s.height or rng.choice((36, 40))
-            if my + h > height - MARGIN:
-                break
-            put(s, 12, my, SIDEBAR_W - 24, h)
-            my += h + 4
+        placer.sidebar(menus)
         main_x0 = SIDEBAR_W + MARGIN
-    main_x1 = width - MARGIN
     # the shelf: buttons, links, checkboxes, text fields, icon buttons that did not fit the bar
     shelf = [s for s in order if s.role in (Role.BUTTON, Role.LINK, Role.CHECKBOX, Role.TEXT_FIELD)]
     shelf += rest_icons
     shelf.sort(key=lambda s: (not s.essential, rng.random()))
-    x, row_h = main_x0, 0
-    for s in shelf:
-        font = 13 if s.height and s.height < 28 else 14
-        if s.role is Role.ICON_BUTTON:
-            h = s.height or 36
-            w = h
-        elif s.role is Role.TEXT_FIELD:
-            h = s.height or 36
-            w = min(main_x1 - main_x0, rng.randrange(200, 300))
-        elif s.role is Role.LINK:
-            h = s.height or 24
-            w = _text_width(s.label, font) + 4
-        elif s.role is Role.CHECKBOX:
-            h = s.height or 28
-            w = _text_width(s.label, font) + 30
-        else:
-            h = s.height or rng.choice((32, 36, 40))
-            w = _text_width(s.label, font) + rng.choice((24, 32, 40))
-        w = min(w, main_x1 - main_x0)
-        if x + w > main_x1:
-            x, y, row_h = main_x0, y + row_h + rng.choice((10, 14, 20)), 0
-        if y + h > height - MARGIN:
-            continue
-        put(s, x, y, w, h)
-        x += w + rng.choice((8, 12, 16, 24))
-        row_h = max(row_h, h)
-    y += row_h + 24
-    # list card (and the menu card on a phone): a heading row, then stacked items
-    stacks = [by_role.get(Role.LIST_ITEM, [])]
-    if phone:
-        stacks.append(menus)
-    for items in stacks:
-        if not items:
-            continue
-        y += 28  # the card's heading
-        card_w = min(main_x1 - main_x0, 520)
-        for s in items:
-            h = s.height or rng.choice((40, 44))
-            if y + h > height - MARGIN:
+    y = placer.shelf(shelf, main_x0, top + 16)
+    # list card (and the menu card on a phone)
+    placer.cards([by_role.get(Role.LIST_ITEM, []), *([menus] if phone else [])], main_x0, y)
+    return placer.out
+
+
+@dataclass(slots=True)
+class _Placer:
+    """The widgets placed so far on a ``width`` x ``height`` screen, and the parts of ``_place``."""
+
+    width: int
+    height: int
+    rng: random.Random
+    out: list[Widget] = field(default_factory=list)
+
+    def put(self, s: _Spec, x: int, y: int, w: int, h: int) -> None:
+        self.out.append(Widget(s.id, s.role, s.label, (x, y, w, h), s.glyph))
+
+    def app_bar(self, icons: list[_Spec], phone: bool) -> list[_Spec]:
+        """Icon buttons right-aligned in the app bar, as many as fit; the ones that did not."""
+        x = self.width - 12
+        rest = []
+        for s in icons:
+            size = s.height or self.rng.choice((32, 36, 40))
+            if x - size < self.width * (0.55 if phone else 0.6):
+                rest.append(s)
+                continue
+            x -= size
+            self.put(s, x, (APP_BAR_H - size) // 2, size, size)
+            x -= self.rng.choice((4, 8, 12))
+        return rest
+
+    def tabs(self, tabs: list[_Spec], x: int, top: int) -> None:
+        """A strip of tabs from ``x``, in a band of TAB_H at ``top``; tabs that do not fit are dropped."""
+        for s in tabs:
+            h = s.height or TAB_H - 8
+            w = _text_width(s.label, 14) + 28
+            if x + w > self.width - MARGIN:
                 break
-            put(s, main_x0, y, card_w, h)
-            y += h + 2
-        y += 20
-    return out
+            self.put(s, x, top + (TAB_H - h) // 2, w, h)
+            x += w + 4
+
+    def sidebar(self, menus: list[_Spec]) -> None:
+        """Menu items stacked in the desktop sidebar, under the app bar."""
+        my = APP_BAR_H + 16
+        for s in menus:
+            h = s.height or self.rng.choice((36, 40))
+            if my + h > self.height - MARGIN:
+                break
+            self.put(s, 12, my, SIDEBAR_W - 24, h)
+            my += h + 4
+
+    def shelf(self, shelf: list[_Spec], x0: int, y: int) -> int:
+        """Widgets packed in rows from (x0, y) to the right margin; where the content below starts."""
+        x1 = self.width - MARGIN
+        x, row_h = x0, 0
+        for s in shelf:
+            w, h = _shelf_size(s, self.rng, x1 - x0)
+            if x + w > x1:
+                x, y, row_h = x0, y + row_h + self.rng.choice((10, 14, 20)), 0
+            if y + h > self.height - MARGIN:
+                continue
+            self.put(s, x, y, w, h)
+            x += w + self.rng.choice((8, 12, 16, 24))
+            row_h = max(row_h, h)
+        return y + row_h + 24
+
+    def cards(self, stacks: list[list[_Spec]], x0: int, y: int) -> None:
+        """One card per non-empty stack from (x0, y): a heading row, then the items stacked."""
+        card_w = min(self.width - MARGIN - x0, 520)
+        for items in stacks:
+            if not items:
+                continue
+            y += 28  # the card's heading
+            for s in items:
+                h = s.height or self.rng.choice((40, 44))
+                if y + h > self.height - MARGIN:
+                    break
+                self.put(s, x0, y, card_w, h)
+                y += h + 2
+            y += 20
+
+
+def _shelf_size(s: _Spec, rng: random.Random, max_w: int) -> tuple[int, int]:
+    """(width, height) of a shelf widget: its own height when set, else one drawn for its role."""
+    font = 13 if s.height and s.height < 28 else 14
+    if s.role is Role.ICON_BUTTON:
+        h = s.height or 36
+        w = h
+    elif s.role is Role.TEXT_FIELD:
+        h = s.height or 36
+        w = min(max_w, rng.randrange(200, 300))
+    elif s.role is Role.LINK:
+        h = s.height or 24
+        w = _text_width(s.label, font) + 4
+    elif s.role is Role.CHECKBOX:
+        h = s.height or 28
+        w = _text_width(s.label, font) + 30
+    else:
+        h = s.height or rng.choice((32, 36, 40))
+        w = _text_width(s.label, font) + rng.choice((24, 32, 40))
+    return min(w, max_w), h
 
 
 # -- HTML ----------------------------------------------------------------------------------------
