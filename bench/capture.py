@@ -8,7 +8,7 @@ and the table shows the median and spread of those over the runs.
 
 Variants:
 - ``grab``: ``sct.grab`` alone (BGRA in mss's buffer; no conversion).
-- ``cvt_frombuffer`` (devices/desktop.py's way): ``cv2.cvtColor(np.frombuffer(raw).reshape(h, w, 4), BGRA2RGB)``.
+- ``cvt_frombuffer`` (devices/desktop/display.py's way): ``cv2.cvtColor(np.frombuffer(raw).reshape(h, w, 4), BGRA2RGB)``.
 - ``cvt_asarray``: the same through mss's ``__array_interface__``.
 - ``numpy_slice``: ``np.array(shot)[:, :, :3][:, :, ::-1].copy()`` (the common recipe).
 - ``mss_rgb``: ``np.frombuffer(shot.rgb).reshape(h, w, 3)`` (mss's own bytearray slicing).

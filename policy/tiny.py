@@ -63,7 +63,7 @@ CHAT_TEMPLATE = (
 """Qwen2.5-VL's ChatML layout (default system message included), without tools or video."""
 
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
-    "tiny": {  # ~199k parameters (research notes, platform.md §5)
+    "tiny": {  # ~199k parameters: builds, loads and trains in seconds on a CPU, for the tests
         "text": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, mrope_section=[2, 3, 3]),
         "vision": dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, fullatt_block_indexes=[1]),

@@ -1,7 +1,7 @@
 """Test infrastructure: a fake Android device daemon (adbd) with a simulated phone screen.
 
 NOT part of handeye and never needed by users. It exists because no phone, emulator or Android
-image can run on the CI machines (shared/research/platform.md, section 3), yet the Android driver
+image can run on the CI machines (docs/devices.md, Android, "Tested how"), yet the Android driver
 must be tested through the real adb server and adbutils, byte for byte as it talks to a phone.
 
 ``FakeAdbd`` listens on a TCP port and speaks the adbd side of the ADB wire protocol: 24-byte
