@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from train.errors import AdapterChecksumError, AdapterError
 
 if TYPE_CHECKING:
-    from train.learner import Learner
+    from train.trainable import Trainable
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class AdapterStore:
     def folder(self, step: int) -> Path:
         return self.root / f"v{step:06d}"
 
-    def publish(self, learner: Learner) -> AdapterRef:
+    def publish(self, learner: Trainable) -> AdapterRef:
         """Write the learner's adapter as version ``learner.adapter_version`` (step ``learner.steps``)."""
         from train.checkpoint import save_adapter
 

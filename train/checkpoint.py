@@ -36,7 +36,7 @@ import torch
 from train.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from train.learner import Learner
+    from train.trainable import Trainable
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "model_fin
 FORMAT = 1
 
 
-def model_fingerprint(learner: Learner) -> dict[str, Any]:
+def model_fingerprint(learner: Trainable) -> dict[str, Any]:
     """What must match for a checkpoint's weights and optimizer state to fit ``learner``."""
     cfg = learner.backend.model.config
     text = getattr(cfg, "text_config", cfg)
@@ -81,7 +81,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_adapter(learner: Learner, folder: Path) -> Path:
+def save_adapter(learner: Trainable, folder: Path) -> Path:
     """Write the trained weights as a standard folder: a peft adapter (LoRA) or a transformers model (full)."""
     if learner.finetune == "lora":
         from peft import get_peft_model_state_dict
@@ -102,7 +102,7 @@ def save_adapter(learner: Learner, folder: Path) -> Path:
     return out
 
 
-def _load_weights(learner: Learner, folder: Path) -> None:
+def _load_weights(learner: Trainable, folder: Path) -> None:
     if learner.finetune == "lora":
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
@@ -139,7 +139,7 @@ class Checkpoint:
     """``state.json``'s ``trainer`` part: data position, curriculum, early stopping, whatever the trainer saved."""
 
 
-def save_checkpoint(run_dir: str | Path, step: int, learner: Learner, trainer_state: dict[str, Any], *,
+def save_checkpoint(run_dir: str | Path, step: int, learner: Trainable, trainer_state: dict[str, Any], *,
                     keep: int | None = None) -> Path:
     """Write checkpoint ``step`` of the run in ``run_dir``; keep only the newest ``keep`` (None: all)."""
     root = Path(run_dir) / "checkpoints"
@@ -185,7 +185,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_checkpoint(path: str | Path, learner: Learner) -> Checkpoint:
+def load_checkpoint(path: str | Path, learner: Trainable) -> Checkpoint:
     """Restore weights, learner state and RNG states from a checkpoint folder (or a run folder: its latest one)."""
     path = Path(path)
     if (path / "checkpoints").is_dir() and not (path / "state.json").exists():

@@ -301,6 +301,18 @@ class Learner:
             return 0
         return max(0, self.steps - step)
 
+    def skip_reason(self, groups: Sequence[Sequence[TrainSample]]) -> str:
+        """Why a step on ``groups`` would change nothing ("" when it would): no group; every group with equal
+        rewards and no KL term (every advantage is 0: a step would only apply weight decay and stale momentum); or,
+        under several processes, fewer groups than mini-batches."""
+        if not groups:
+            return "no informative group left after filtering"
+        if self.kl_coef == 0 and all(len({s.reward for s in g}) == 1 for g in groups):
+            return "every group has equal rewards"
+        if len(groups) < self.minibatches and self.world_size > 1:
+            return f"fewer groups ({len(groups)}) than mini-batches ({self.minibatches})"
+        return ""
+
     def step(self, groups: Sequence[Sequence[TrainSample]]) -> dict[str, float]:
         """One batch update on ``groups`` (each a list of samples sharing a prompt); returns metrics.
 

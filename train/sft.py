@@ -106,27 +106,32 @@ class SupervisedLearner:
         """Completed ``step()`` calls."""
         self.end_id = end_of_turn_id(backend.tokenizer)
         if finetune == "lora":
-            self.model, self.adapter_name = attach_lora(backend, lora_rank, lora_alpha, lora_targets, adapter_name)
+            self.peft_model, self.adapter_name = attach_lora(backend, lora_rank, lora_alpha, lora_targets, adapter_name)
         else:
-            self.model = backend.model
+            self.peft_model = backend.model
             self.adapter_name = adapter_name
-            for p in self.model.parameters():
+            for p in self.peft_model.parameters():
                 p.requires_grad_(True)
         if gradient_checkpointing:
             backend.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if finetune == "lora":
                 backend.model.enable_input_require_grads()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = [p for p in self.peft_model.parameters() if p.requires_grad]
         if not self.params:
             raise RuntimeError("no trainable parameters: check lora_targets against the model's module names")
         self.optimizer = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=weight_decay)
-        self._train_model = self.model
+        self._train_model = self.peft_model
         if accelerator is not None:
-            self._train_model, self.optimizer = accelerator.prepare(self.model, self.optimizer)
+            self._train_model, self.optimizer = accelerator.prepare(self.peft_model, self.optimizer)
 
     @property
     def world_size(self) -> int:
         return 1 if self.accelerator is None else int(self.accelerator.num_processes)
+
+    @property
+    def adapter_version(self) -> str:
+        """The adapter's name and the number of updates applied."""
+        return f"{self.adapter_name}@{self.steps}"
 
     def target_ids(self, example: SFTExample, index: int = 0) -> list[int]:
         """The target's token ids followed by the end-of-turn token; a ValueError naming the example when the
@@ -153,6 +158,10 @@ class SupervisedLearner:
             lps = [self.target_logprobs(e, i) for i, e in enumerate(examples)]
         return float(-torch.cat([lp[0] for lp in lps]).mean())
 
+    def skip_reason(self, examples: Sequence[SFTExample]) -> str:
+        """Why a step on ``examples`` would change nothing ("" when it would): there is no example."""
+        return "" if examples else "no example to learn from"
+
     def step(self, examples: Sequence[SFTExample]) -> dict[str, float]:
         """One AdamW step on ``examples`` (this process's share of the batch); returns metrics."""
         examples = list(examples)
@@ -165,7 +174,7 @@ class SupervisedLearner:
         scale = self.world_size / total_tokens
         loss_sum = 0.0
         with self.backend.lock():
-            self.model.eval()  # no dropout: the same function the sampler computes
+            self.peft_model.eval()  # no dropout: the same function the sampler computes
             self.optimizer.zero_grad(set_to_none=True)
             for i, example in enumerate(examples):
                 sync = i == len(examples) - 1

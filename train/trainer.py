@@ -2,8 +2,10 @@
 one model, with checkpoints, metrics, collapse monitors and early stopping.
 
 ``Trainer(config, backend=..., prompts=..., heldout=..., reward_fn=...)`` takes its parts ready-made (tests and the
-benchmarks build them in code); ``Trainer.from_config(config)`` builds them from a ``TrainConfig`` (the model, the
-data source of ``train.data``, the reward). ``run()`` runs the configured stage:
+benchmarks build them in code); ``Trainer.from_config(config)`` builds them from a ``TrainConfig`` (``train.build``:
+the model, the data source of ``train.data``, the reward). The learner of the stage (``train.learner.Learner`` for
+rl, ``train.sft.SupervisedLearner`` for sft and rft) is used only through ``train.trainable.Trainable``: the trainer
+steps, checkpoints, resumes and exports either the same way. ``run()`` runs the configured stage:
 
 - ``rl``: every update draws ``prompts_per_batch`` prompts (a share from the curriculum's hard-sample queue when it
   is on), samples ``group_size`` answers to each through the backend, scores them, drops uninformative groups
@@ -38,38 +40,33 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from train.build import TargetText, TrainData, build_backend, build_data, build_learner
 from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_adapter, save_checkpoint
 from train.config import TrainConfig
-from train.curriculum import AdaptiveCurriculum, Correctness, dynamic_sample, filter_groups
+from train.curriculum import AdaptiveCurriculum, Correctness, PromptDrawer, dynamic_sample, filter_groups
 from train.curriculum import CurriculumConfig as QueueConfig
-from train.learner import Learner, rollout_groups
+from train.learner import rollout_groups
 from train.metrics import MetricsLogger, Progress
 from train.monitors import CollapseMonitor, EarlyStopping
 from train.samples import RolloutPrompt, TrainSample
-from train.sft import SFTExample, SupervisedLearner, greedy_accuracy, is_correct, rejection_sample
+from train.sft import SFTExample, greedy_accuracy, is_correct, rejection_sample
+from train.trainable import Trainable
 
 if TYPE_CHECKING:
     from policy.backends.hf import TransformersBackend
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PromptSource", "Trainer", "TrainResult"]
+__all__ = ["PromptStream", "Trainer", "TrainResult", "run_from_config"]
 
 
-class PromptSource(Protocol):
-    """Where prompts come from (``train.data``'s samplers): an endless, seeded, resumable stream."""
-
-    def next_prompts(self, n: int) -> list[RolloutPrompt]: ...
-
-    def prompts_for(self, ids: Sequence[str]) -> list[RolloutPrompt]: ...
+class PromptStream(PromptDrawer, Protocol):
+    """Where prompts come from (``train.data.PromptSampler``): an endless, seeded stream that a checkpoint resumes
+    (the curriculum draws from it too)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-TargetText = Callable[[RolloutPrompt], str]
-"""The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
 
 
 @dataclass
@@ -95,14 +92,14 @@ class Trainer:
     Args:
         config: the run's settings.
         backend: the transformers backend holding the model (trained in place).
-        prompts: the prompt stream (``PromptSource``); not needed by ``run_stream``.
+        prompts: the prompt stream (``PromptStream``); not needed by ``run_stream``.
         heldout: prompts scored with greedy decoding for accuracy and early stopping (may be empty).
         reward_fn: ``reward_fn(prompt, text)`` -> RewardResult (``train.data.reward_fn``) or float.
         target_text: for ``sft``, the answer to teach for a prompt.
         accelerator: an ``accelerate.Accelerator`` for several processes.
     """
 
-    def __init__(self, config: TrainConfig, *, backend: TransformersBackend, prompts: PromptSource | None = None,
+    def __init__(self, config: TrainConfig, *, backend: TransformersBackend, prompts: PromptStream | None = None,
                  heldout: Sequence[RolloutPrompt] = (), reward_fn: Callable[[RolloutPrompt, str], Any],
                  target_text: TargetText | None = None, accelerator: Any = None) -> None:
         self.config = config
@@ -123,27 +120,10 @@ class Trainer:
         self.on_update: list[Callable[[int, dict[str, float]], None]] = []
         """Called after every update with (step, metrics), before metrics are logged and checkpoints written: the
         online session publishes the new adapter version here (and may add metrics to the dict)."""
-        torch.manual_seed(config.train.seed)
-        stage = config.train.stage
-        m, rl = config.model, config.rl
-        if stage == "rl":
-            self.learner: Learner | SupervisedLearner = Learner(
-                backend, algo=config.train.algo, finetune=m.finetune, lr=rl.lr or None, clip_low=rl.clip_low,
-                clip_high=rl.clip_high or None, kl_coef=None if rl.kl_coef < 0 else rl.kl_coef,
-                ppo_epochs=rl.ppo_epochs, minibatches=rl.minibatches,
-                max_staleness=None if rl.max_staleness < 0 else rl.max_staleness,
-                max_is_ratio=rl.max_is_ratio or None, max_grad_norm=rl.max_grad_norm,
-                dual_clip=rl.dual_clip or None, weight_decay=rl.weight_decay, warmup_steps=rl.warmup_steps,
-                total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, schedule=rl.schedule,
-                gradient_checkpointing=m.gradient_checkpointing, freeze_vision=m.freeze_vision,
-                lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets,
-                accelerator=accelerator, seed=config.train.seed)
-        else:
-            self.learner = SupervisedLearner(
-                backend, finetune=m.finetune, lr=config.sft.lr or None, weight_decay=rl.weight_decay,
-                max_grad_norm=rl.max_grad_norm, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
-                lora_targets=m.lora_targets, gradient_checkpointing=m.gradient_checkpointing,
-                accelerator=accelerator)
+        torch.manual_seed(config.train.seed)  # before the learner: a new LoRA adapter's initial weights
+        self.learner: Trainable = build_learner(config, backend, accelerator)
+        self.data: TrainData | None = None
+        """What ``from_config`` built (``close()`` closes its sources); None when the parts were passed in."""
         c = config.curriculum
         self.curriculum = AdaptiveCurriculum(QueueConfig(
             ema=c.ema, hard_below=c.hard_below, hard_fraction=c.hard_fraction, max_hard=c.queue_size,
@@ -162,8 +142,13 @@ class Trainer:
         data = build_data(config, backend.preset)
         trainer = cls(config, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=data.reward_fn,
                       target_text=data.target_text, accelerator=accelerator)
-        trainer._data = data
+        trainer.data = data
         return trainer
+
+    def close(self) -> None:
+        """Close the data sources ``from_config`` opened (a generated source holds a browser)."""
+        if self.data is not None:
+            self.data.close()
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -214,20 +199,17 @@ class Trainer:
         if resume == "auto" and latest_checkpoint(self.run_dir) is None:
             log.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.run_dir)
             return None
-        ck = load_checkpoint(path, self.learner) if isinstance(self.learner, Learner) else \
-            _load_sft_checkpoint(path, self.learner)
+        ck = load_checkpoint(path, self.learner)
         self._restore(ck.state)
         log.info("resumed from %s at step %d", ck.path, ck.step)
         return ck.step
 
-    def _checkpoint(self) -> None:
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the current step (the main process only; see ``train.checkpoint``)."""
         if not self.is_main:
             return
-        keep = self.config.checkpoint.keep or None
-        if isinstance(self.learner, Learner):
-            save_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(), keep=keep)
-        else:
-            _save_sft_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(), keep=keep)
+        save_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(),
+                        keep=self.config.checkpoint.keep or None)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -313,7 +295,7 @@ class Trainer:
                     progress.update(self.step, metrics)
                     ck = cfg.checkpoint.every
                     if (ck and self.step % ck == 0) or self.step == cfg.train.steps or stop:
-                        self._checkpoint()
+                        self.checkpoint()
                     if stop:
                         result.stopped_early = True
                         break
@@ -321,7 +303,7 @@ class Trainer:
             # Ctrl-C: keep what the finished updates learned; --resume continues from here
             if self.step and (latest_checkpoint(self.run_dir) is None
                               or latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
-                self._checkpoint()
+                self.checkpoint()
             raise
         finally:
             if logger is not None:
@@ -333,7 +315,7 @@ class Trainer:
         if self.is_main:
             if not result.stopped_early and self.step and (latest_checkpoint(self.run_dir) is None or
                                                            latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
-                self._checkpoint()
+                self.checkpoint()
             result.output = self._export()
         return result
 
@@ -362,8 +344,7 @@ class Trainer:
         shutil.rmtree(out, ignore_errors=True)
         tmp = self.run_dir / ".export"
         shutil.rmtree(tmp, ignore_errors=True)
-        learner = self.learner if isinstance(self.learner, Learner) else _SFTView(self.learner)
-        saved = save_adapter(learner, tmp)  # type: ignore[arg-type]
+        saved = save_adapter(self.learner, tmp)
         saved.rename(out)
         shutil.rmtree(tmp, ignore_errors=True)
         return out
@@ -395,7 +376,6 @@ class Trainer:
         return batch
 
     def _rollout(self, prompts: Sequence[RolloutPrompt]) -> list[list[TrainSample]]:
-        assert isinstance(self.learner, Learner)
         groups = rollout_groups(self.backend, prompts, self.config.rl.group_size, self.reward_fn,
                                 max_new_tokens=self.config.rl.max_new_tokens, first_group_id=self._next_group_id,
                                 adapter_version=self.learner.adapter_version)
@@ -451,23 +431,18 @@ class Trainer:
         if self.curriculum is not None:
             metrics.update(self.curriculum.observe(seen))
         kept = [[s for s in g if not is_failed(s)] for g in kept]
-        kept = [g for g in kept if len(g) >= 2]
-        assert isinstance(self.learner, Learner)
-        if not kept:
-            why = "no informative group left after filtering"
-        elif self.learner.kl_coef == 0 and all(len({s.reward for s in g}) == 1 for g in kept):
-            # every advantage is 0 and there is no KL term: a step would only apply weight decay and stale
-            # momentum (the collapse monitor reports the zero spread)
-            why = "every group has equal rewards"
-        elif len(kept) < self.learner.minibatches and self.learner.world_size > 1:
-            why = f"fewer groups ({len(kept)}) than mini-batches ({self.learner.minibatches})"
-        else:
-            why = ""
+        return self._step([g for g in kept if len(g) >= 2], metrics)
+
+    def _step(self, batch: Sequence[Any], metrics: dict[str, float]) -> dict[str, float]:
+        """One learner step on ``batch``, added to ``metrics``; skipped (and counted) in every process when the
+        learner says a step would change nothing in any of them (equal rewards and no KL: every advantage is 0, a
+        step would only apply weight decay and stale momentum; the collapse monitor reports the zero spread)."""
+        why = self.learner.skip_reason(batch)
         if not self._all_processes(not why):
             self._skipped_batches += 1
             log.info("update %d: no step taken: %s", self.step + 1, why or "another process had nothing to learn")
             return metrics
-        metrics.update(self.learner.step(kept))
+        metrics.update(self.learner.step(batch))
         return metrics
 
     def _all_processes(self, ok: bool) -> bool:
@@ -479,173 +454,19 @@ class Trainer:
         return bool(flags.min().item())
 
     def _sft_update(self) -> dict[str, float]:
-        assert self.target_text is not None and isinstance(self.learner, SupervisedLearner)
+        assert self.target_text is not None  # run() checked
         prompts = self._draw(self.config.sft.batch_size)
         examples = [SFTExample(p.messages, p.image, self.target_text(p), p.origin) for p in prompts]
-        return self.learner.step(examples)
+        return self._step(examples, {})
 
     def _rft_update(self) -> dict[str, float] | None:
-        assert isinstance(self.learner, SupervisedLearner)
         prompts = self._draw(self.config.sft.batch_size)
         examples, stats = rejection_sample(self.backend, prompts, self.config.sft.rft_samples, self.reward_fn,
                                            accept=is_correct, max_new_tokens=self.config.rl.max_new_tokens)
         metrics = {"rft/prompts": float(stats.prompts), "rft/sampled": float(stats.sampled),
                    "rft/accepted": float(stats.accepted), "rft/kept": float(stats.kept),
                    "rft/accept_rate": stats.accept_rate}
-        if not self._all_processes(bool(examples)):
-            self._skipped_batches += 1
-            return metrics
-        metrics.update(self.learner.step(examples))
-        return metrics
-
-
-# -- the SFT stages' checkpoints ---------------------------------------------------------------------
-
-
-def _save_sft_checkpoint(run_dir: Path, step: int, learner: SupervisedLearner, state: dict[str, Any], *,
-                         keep: int | None) -> Path:
-    return save_checkpoint(run_dir, step, _SFTView(learner), state, keep=keep)  # type: ignore[arg-type]
-
-
-def _load_sft_checkpoint(path: Path, learner: SupervisedLearner) -> Any:
-    return load_checkpoint(path, _SFTView(learner))  # type: ignore[arg-type]
-
-
-class _SFTView:
-    """The parts of a ``Learner`` that ``train.checkpoint`` reads, for a ``SupervisedLearner``."""
-
-    def __init__(self, learner: SupervisedLearner) -> None:
-        self._l = learner
-        self.backend = learner.backend
-        self.finetune = learner.finetune
-        self.peft_model = learner.model
-        self.adapter_name = learner.adapter_name
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**self._l.state_dict(), "finetune": self.finetune}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._l.load_state_dict(state)
-
-
-# -- the model ---------------------------------------------------------------------------------------
-
-
-def _for_family(family: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The variant override only where the family has a no_think variant (InfiGUI-G1)."""
-    if family != "infigui-g1":
-        return {k: v for k, v in overrides.items() if k != "variant"}
-    return overrides
-
-
-def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersBackend:
-    """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny"). Under several
-    processes the main one builds (or downloads) first and the others then read what it wrote."""
-    if accelerator is not None and accelerator.num_processes > 1:
-        with accelerator.main_process_first():
-            return build_backend(config)
-    from policy.backends.hf import TransformersBackend
-    from policy.presets import preset_for
-
-    m = config.model
-    path = m.path
-    overrides: dict[str, Any] = {}
-    if m.min_pixels:
-        overrides["min_pixels"] = m.min_pixels
-    if m.max_pixels:
-        overrides["max_pixels"] = m.max_pixels
-    if not config.data.think:
-        overrides["variant"] = "no_think"  # InfiGUI-G1's released no_think prompt: no think system message
-    if not path:
-        raise ValueError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
-                         "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
-    if path == "tiny":
-        from policy.tiny import build_tiny_qwen25vl
-
-        target = Path(config.train.run_dir) / "tiny-model"
-        if not (target / "config.json").is_file():
-            build_tiny_qwen25vl(target, seed=config.train.seed)
-        path = str(target)
-        overrides.setdefault("min_pixels", 4 * 28 * 28)
-        overrides.setdefault("max_pixels", 64 * 28 * 28)
-        fmt = m.format or "infigui-g1"
-        preset = preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
-    else:
-        base = preset_for(m.path, m.format or None)
-        preset = preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
-    return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
-                               adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
-
-
-# -- data from a config ------------------------------------------------------------------------------
-
-
-@dataclass
-class TrainData:
-    """What ``build_data`` assembles for a run."""
-
-    prompts: Any
-    """A ``train.data.PromptSampler`` over the training items."""
-    heldout: list[RolloutPrompt]
-    reward_fn: Any
-    target_text: TargetText
-    sources: list[Any] = field(default_factory=list)
-    """Sources to close at the end (a generated source holds a browser)."""
-
-    def close(self) -> None:
-        for s in self.sources:
-            close = getattr(s, "close", None)
-            if close is not None:
-                close()
-
-
-def build_data(config: TrainConfig, preset: Any) -> TrainData:
-    """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
-    from train import data as D
-    from train.data.answers import answer_text
-    from train.data.combine import Subset
-    from train.curriculum import ThresholdSchedule
-
-    d, c = config.data, config.curriculum
-    seed = config.train.seed
-    sources: list[Any] = []
-    if d.source == "generated":
-        train_src = D.GeneratedSource(range(d.seeds), preset=preset)
-        sources.append(train_src)
-        held_src: Any = D.GeneratedSource(range(d.seeds, d.seeds + d.heldout_size), preset=preset) \
-            if d.heldout_size and not d.heldout_path else None
-    elif d.source == "grounding":
-        train_src = D.GroundingSource(d.path, preset=preset)
-        held_src = None
-    elif d.source == "trajectories":
-        train_src = D.TrajectorySource(d.path, preset=preset)
-        held_src = None
-    else:
-        raise ValueError("data.source = \"samples\" trains on scored samples: use Trainer.run_stream "
-                         "(agent train does this for you)")
-    if held_src is not None:
-        sources.append(held_src)
-    if d.heldout_path:
-        held_src = D.GroundingSource(d.heldout_path, preset=preset)
-    elif held_src is None and d.heldout_size:
-        # hold out a seeded share of the training file itself
-        order = torch.randperm(len(train_src), generator=torch.Generator().manual_seed(seed)).tolist()
-        n = min(d.heldout_size, max(0, len(train_src) - 1))
-        held_src, train_src = Subset(train_src, order[:n], "heldout"), Subset(train_src, order[n:], "train")
-    heldout: list[RolloutPrompt] = []
-    if held_src is not None:
-        sampler = D.PromptSampler(held_src, seed=seed, shuffle=False)
-        heldout = sampler.next_prompts(min(len(held_src), d.heldout_size or len(held_src)))
-    schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
-        if c.threshold_start and c.threshold_steps else None
-    reward = D.reward_fn(d.reward, think=d.think if _family(preset) == "infigui-g1" else None, preset=preset,
-                         schedule=schedule)
-    prompts = D.PromptSampler(train_src, seed=seed)
-    return TrainData(prompts, heldout, reward, lambda p: answer_text(p, think=d.think), sources)
-
-
-def _family(preset: Any) -> str:
-    return str(getattr(preset, "family", ""))
+        return self._step(examples, metrics)
 
 
 def run_from_config(config: TrainConfig) -> TrainResult:
@@ -679,4 +500,4 @@ def run_from_config(config: TrainConfig) -> TrainResult:
     try:
         return trainer.run()
     finally:
-        trainer._data.close()
+        trainer.close()

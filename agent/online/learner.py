@@ -67,7 +67,7 @@ class LearnerLoop:
         try:
             latest = latest_checkpoint(t.run_dir)
             if t.step and (latest is None or latest.name != f"step-{t.step:06d}"):
-                t._checkpoint()
+                t.checkpoint()
         except Exception as exc:  # the run is failing already; say so and keep the first error
             log.error("writing a checkpoint after the learner error failed too: %s: %s", type(exc).__name__, exc)
 

@@ -98,7 +98,7 @@ def test_lora_sft_trains_only_the_adapter(backend):
     torch.manual_seed(0)
     base = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
     learner = SupervisedLearner(backend, finetune="lora", lr=1e-2, lora_targets=("q_proj", "v_proj", "lm_head"))
-    assert learner.lr == 1e-2 and all("lora_" in n for n, p in learner.model.named_parameters() if p.requires_grad)
+    assert learner.lr == 1e-2 and all("lora_" in n for n, p in learner.peft_model.named_parameters() if p.requires_grad)
     first = learner.loss([example(0)])
     for _ in range(5):
         learner.step([example(0)])

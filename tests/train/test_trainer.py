@@ -20,7 +20,8 @@ from train.checkpoint import CheckpointError
 from train.metrics import read_metrics
 from train.rewards import RewardResult
 from train.data import answer_text
-from train.trainer import Trainer, build_backend, build_data, run_from_config
+from train.build import build_backend, build_data
+from train.trainer import Trainer, run_from_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 

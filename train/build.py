@@ -1,0 +1,169 @@
+"""A run's parts built from a ``TrainConfig``: the model's backend, the learner of the stage, and the data (prompt
+sampler, held-out prompts, reward adapter, supervised targets). ``Trainer.from_config`` calls these; tests and the
+benchmarks build some parts themselves and pass them to ``Trainer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from train.config import TrainConfig
+from train.curriculum import ThresholdSchedule
+from train.data import GeneratedSource, GroundingSource, PromptSampler, RewardAdapter, TrajectorySource, reward_fn
+from train.data.answers import answer_text
+from train.data.combine import Subset
+from train.learner import Learner
+from train.samples import RolloutPrompt
+from train.sft import SupervisedLearner
+from train.trainable import Trainable
+
+if TYPE_CHECKING:
+    from policy.backends.hf import TransformersBackend
+
+__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner"]
+
+TargetText = Callable[[RolloutPrompt], str]
+"""The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
+
+
+# -- the model ---------------------------------------------------------------------------------------
+
+
+def _for_family(family: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The variant override only where the family has a no_think variant (InfiGUI-G1)."""
+    if family != "infigui-g1":
+        return {k: v for k, v in overrides.items() if k != "variant"}
+    return overrides
+
+
+def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersBackend:
+    """The transformers backend for ``config.model`` (a hub id, a local folder, or "tiny"). Under several
+    processes the main one builds (or downloads) first and the others then read what it wrote."""
+    if accelerator is not None and accelerator.num_processes > 1:
+        with accelerator.main_process_first():
+            return build_backend(config)
+    from policy.backends.hf import TransformersBackend
+    from policy.presets import preset_for
+
+    m = config.model
+    path = m.path
+    overrides: dict[str, Any] = {}
+    if m.min_pixels:
+        overrides["min_pixels"] = m.min_pixels
+    if m.max_pixels:
+        overrides["max_pixels"] = m.max_pixels
+    if not config.data.think:
+        overrides["variant"] = "no_think"  # InfiGUI-G1's released no_think prompt: no think system message
+    if not path:
+        raise ValueError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
+                         "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
+    if path == "tiny":
+        from policy.tiny import build_tiny_qwen25vl
+
+        target = Path(config.train.run_dir) / "tiny-model"
+        if not (target / "config.json").is_file():
+            build_tiny_qwen25vl(target, seed=config.train.seed)
+        path = str(target)
+        overrides.setdefault("min_pixels", 4 * 28 * 28)
+        overrides.setdefault("max_pixels", 64 * 28 * 28)
+        fmt = m.format or "infigui-g1"
+        preset = preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
+    else:
+        base = preset_for(m.path, m.format or None)
+        preset = preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
+    return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
+                               adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
+
+
+def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator: Any = None) -> Trainable:
+    """The learner of ``config.train.stage`` on ``backend``'s model: the policy-gradient ``Learner`` for rl, the
+    ``SupervisedLearner`` for sft and rft."""
+    m, rl = config.model, config.rl
+    if config.train.stage == "rl":
+        return Learner(
+            backend, algo=config.train.algo, finetune=m.finetune, lr=rl.lr or None, clip_low=rl.clip_low,
+            clip_high=rl.clip_high or None, kl_coef=None if rl.kl_coef < 0 else rl.kl_coef,
+            ppo_epochs=rl.ppo_epochs, minibatches=rl.minibatches,
+            max_staleness=None if rl.max_staleness < 0 else rl.max_staleness,
+            max_is_ratio=rl.max_is_ratio or None, max_grad_norm=rl.max_grad_norm,
+            dual_clip=rl.dual_clip or None, weight_decay=rl.weight_decay, warmup_steps=rl.warmup_steps,
+            total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, schedule=rl.schedule,
+            gradient_checkpointing=m.gradient_checkpointing, freeze_vision=m.freeze_vision,
+            lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets,
+            accelerator=accelerator, seed=config.train.seed)
+    return SupervisedLearner(
+        backend, finetune=m.finetune, lr=config.sft.lr or None, weight_decay=rl.weight_decay,
+        max_grad_norm=rl.max_grad_norm, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+        lora_targets=m.lora_targets, gradient_checkpointing=m.gradient_checkpointing,
+        accelerator=accelerator)
+
+
+# -- data from a config ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainData:
+    """What ``build_data`` assembles for a run."""
+
+    prompts: PromptSampler
+    """The training items' stream."""
+    heldout: list[RolloutPrompt]
+    reward_fn: RewardAdapter
+    target_text: TargetText
+    sources: list[Any] = field(default_factory=list)
+    """Sources to close at the end (a generated source holds a browser)."""
+
+    def close(self) -> None:
+        for s in self.sources:
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
+
+
+def build_data(config: TrainConfig, preset: Any) -> TrainData:
+    """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
+    d, c = config.data, config.curriculum
+    seed = config.train.seed
+    sources: list[Any] = []
+    if d.source == "generated":
+        train_src = GeneratedSource(range(d.seeds), preset=preset)
+        sources.append(train_src)
+        held_src: Any = GeneratedSource(range(d.seeds, d.seeds + d.heldout_size), preset=preset) \
+            if d.heldout_size and not d.heldout_path else None
+    elif d.source == "grounding":
+        train_src = GroundingSource(d.path, preset=preset)
+        held_src = None
+    elif d.source == "trajectories":
+        train_src = TrajectorySource(d.path, preset=preset)
+        held_src = None
+    else:
+        raise ValueError("data.source = \"samples\" trains on scored samples: use Trainer.run_stream "
+                         "(agent train does this for you)")
+    if held_src is not None:
+        sources.append(held_src)
+    if d.heldout_path:
+        held_src = GroundingSource(d.heldout_path, preset=preset)
+    elif held_src is None and d.heldout_size:
+        # hold out a seeded share of the training file itself
+        order = torch.randperm(len(train_src), generator=torch.Generator().manual_seed(seed)).tolist()
+        n = min(d.heldout_size, max(0, len(train_src) - 1))
+        held_src, train_src = Subset(train_src, order[:n], "heldout"), Subset(train_src, order[n:], "train")
+    heldout: list[RolloutPrompt] = []
+    if held_src is not None:
+        sampler = PromptSampler(held_src, seed=seed, shuffle=False)
+        heldout = sampler.next_prompts(min(len(held_src), d.heldout_size or len(held_src)))
+    schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
+        if c.threshold_start and c.threshold_steps else None
+    reward = reward_fn(d.reward, think=d.think if _family(preset) == "infigui-g1" else None, preset=preset,
+                         schedule=schedule)
+    prompts = PromptSampler(train_src, seed=seed)
+    return TrainData(prompts, heldout, reward, lambda p: answer_text(p, think=d.think), sources)
+
+
+def _family(preset: Any) -> str:
+    return str(getattr(preset, "family", ""))
