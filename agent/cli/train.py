@@ -60,8 +60,7 @@ def main(args: argparse.Namespace) -> int:
 def _run(config: Any, run_from_config: Any) -> int:
     """Train, then print the outcome, collapse warnings and where the weights and metrics are."""
     from policy.errors import PolicyError
-    from train.checkpoint import CheckpointError
-    from train.data import PromptSourceError
+    from train.errors import CheckpointError, PromptSourceError
 
     console = make_console()
     try:

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
     from agent.online import OnlineError, OnlineSession
     from envs.errors import EnvError
     from policy.errors import PolicyError
-    from train.checkpoint import CheckpointError
+    from train.errors import CheckpointError
 
     console = Console(stderr=True)
     try:
