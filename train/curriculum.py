@@ -34,7 +34,7 @@ from train.samples import TrainSample
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CORRECT_PART", "FAILED_PART", "AdaptiveCurriculum", "Correctness", "CurriculumConfig", "DynamicBatch",
+    "CORRECT_PART", "FAILED_PART", "AdaptiveCurriculum", "AdaptiveCurriculumConfig", "Correctness", "DynamicBatch",
     "FilterResult", "ThresholdSchedule", "dynamic_sample", "filter_groups", "is_failed", "reward_spread",
 ]
 
@@ -221,7 +221,7 @@ class PromptDrawer(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class CurriculumConfig:
+class AdaptiveCurriculumConfig:
     """Settings of the adaptive curriculum (see ``AdaptiveCurriculum``)."""
 
     ema: float = 0.3
@@ -269,8 +269,8 @@ class AdaptiveCurriculum:
     from the sampler's ordinary stream. Hard prompts carry ``origin["hard"] = True``.
     """
 
-    def __init__(self, config: CurriculumConfig | None = None) -> None:
-        self.config = config or CurriculumConfig()
+    def __init__(self, config: AdaptiveCurriculumConfig | None = None) -> None:
+        self.config = config or AdaptiveCurriculumConfig()
         self.correct = Correctness(self.config.threshold)
         self.success: dict[str, float] = {}
         self.seen: dict[str, int] = {}
@@ -376,7 +376,7 @@ class AdaptiveCurriculum:
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> AdaptiveCurriculum:
         """A curriculum with the checkpoint's own config and state."""
-        cur = cls(CurriculumConfig(**state["config"]))
+        cur = cls(AdaptiveCurriculumConfig(**state["config"]))
         cur.load_state_dict(state)
         return cur
 

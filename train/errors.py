@@ -10,7 +10,8 @@
     ├── CheckpointError         a checkpoint that cannot be used: missing, incomplete, or written for another model
     │                           or setup; also a RuntimeError
     ├── AdapterError            an adapter version that cannot be published or used; also a RuntimeError
-    │   └── AdapterChecksumError    its files do not match the announced sha256 (corrupt, truncated, missing)
+    │   └── AdapterChecksumError    its files do not match the announced sha256 (corrupt, truncated,
+    │                               missing)
     └── TransportError          a message that cannot be encoded, decoded or sent; also a RuntimeError
         └── TransportClosed     the transport was closed (the session is ending)
 

@@ -51,8 +51,8 @@ __all__ = [
     "response_points",
 ]
 
-Point = tuple[float, float]
-ParseFn = Callable[[str], list[Point] | None]
+PointXY = tuple[float, float]
+ParseFn = Callable[[str], list[PointXY] | None]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NO_TARGET = (-100, -100)  # GUI-R1's "this action has no point"
@@ -63,7 +63,7 @@ _NO_TARGET = (-100, -100)  # GUI-R1's "this action has no point"
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _action_list_points(answer: str) -> list[Point] | None:
+def _action_list_points(answer: str) -> list[PointXY] | None:
     """Points of a GUI-R1 action list (a Python literal list of dicts with ``point``); None if it is not one.
     Actions without a target (``[-100, -100]``) contribute no point."""
     try:
@@ -84,7 +84,7 @@ def _action_list_points(answer: str) -> list[Point] | None:
     return points
 
 
-def response_points(text: str) -> list[Point] | None:
+def response_points(text: str) -> list[PointXY] | None:
     """The points a response proposes, in model-input pixels, or None when it does not parse.
 
     Reads the text after the last ``</think>`` (the whole text without one): first as an InfiGUI-G1 point list

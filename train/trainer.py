@@ -43,8 +43,8 @@ import torch
 from train.build import TargetText, TrainData, build_backend, build_data, build_learner
 from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_adapter, save_checkpoint
 from train.config import TrainConfig
-from train.curriculum import AdaptiveCurriculum, Correctness, PromptDrawer, dynamic_sample, filter_groups
-from train.curriculum import CurriculumConfig as QueueConfig
+from train.curriculum import (AdaptiveCurriculum, AdaptiveCurriculumConfig, Correctness, PromptDrawer, dynamic_sample,
+                              filter_groups)
 from train.learner import rollout_groups
 from train.metrics import MetricsLogger, Progress
 from train.monitors import CollapseMonitor, EarlyStopping
@@ -125,7 +125,7 @@ class Trainer:
         self.data: TrainData | None = None
         """What ``from_config`` built (``close()`` closes its sources); None when the parts were passed in."""
         c = config.curriculum
-        self.curriculum = AdaptiveCurriculum(QueueConfig(
+        self.curriculum = AdaptiveCurriculum(AdaptiveCurriculumConfig(
             ema=c.ema, hard_below=c.hard_below, hard_fraction=c.hard_fraction, max_hard=c.queue_size,
             seed=config.train.seed)) if c.enabled else None
         self.monitor = CollapseMonitor()

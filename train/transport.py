@@ -11,9 +11,10 @@ Four kinds of traffic, named after the topics of the fleet bus (DESIGN.md, "Bus"
 
 ``Transport`` is the interface actors and learner use; ``InProcessTransport`` implements it with thread-safe
 queues for one process (asyncio actors, a learner thread). A bus implementation (MQTT) implements the same
-methods; actors and learner do not change. Its payloads are ``encode``/``decode``'s: a schema-versioned JSON
-header plus binary image parts, with a size limit, never pickle. ``InProcessTransport(wire=True)`` sends every
-message through that codec, so a session can prove it carries nothing a bus could not.
+methods; actors and learner do not change. Its payloads are ``encode_message``/``decode_message``'s: a
+schema-versioned JSON header plus binary image parts, with a size limit, never pickle.
+``InProcessTransport(wire=True)`` sends every message through that codec, so a session can prove it carries nothing
+a bus could not.
 
 ``GroupAssembler`` is the learner's side of groups: it joins the parts of each group, drops duplicate message ids
 (a bus may deliver twice), and gives up on groups that stay incomplete too long.
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ActorStatus", "EpisodeMessage", "GroupAssembler", "GroupMessage", "InProcessTransport", "Transport",
-    "TransportClosed", "TransportError", "decode", "encode",
+    "TransportClosed", "TransportError", "decode_message", "encode_message",
 ]
 
 SCHEMA = 1
@@ -193,10 +194,10 @@ class InProcessTransport:
     def _carry(self, message: Any) -> Any:
         if not self.wire:
             return message
-        data = encode(message, max_bytes=self.max_bytes)
+        data = encode_message(message, max_bytes=self.max_bytes)
         with self._lock:
             self.sent_bytes += len(data)
-        return decode(data, max_bytes=self.max_bytes)
+        return decode_message(data, max_bytes=self.max_bytes)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -363,7 +364,7 @@ def _body(message: Message, parts: list[np.ndarray]) -> tuple[str, dict[str, Any
     raise TransportError(f"no wire format for {type(message).__name__}")
 
 
-def encode(message: Message, *, max_bytes: int = MAX_BYTES) -> bytes:
+def encode_message(message: Message, *, max_bytes: int = MAX_BYTES) -> bytes:
     """``message`` as bytes: a 4-byte header length, the JSON header, then the image parts (raw uint8)."""
     parts: list[np.ndarray] = []
     kind, body = _body(message, parts)
@@ -385,8 +386,8 @@ def encode(message: Message, *, max_bytes: int = MAX_BYTES) -> bytes:
     return b"".join([_LEN.pack(len(header)), header, *(p.tobytes() for p in parts)])
 
 
-def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Message:
-    """Inverse of ``encode``; ``TransportError`` for anything malformed, oversized or of another schema."""
+def decode_message(data: bytes, *, max_bytes: int = MAX_BYTES) -> Message:
+    """Inverse of ``encode_message``; ``TransportError`` for anything malformed, oversized or of another schema."""
     if len(data) > max_bytes:
         raise TransportError(f"a message of {len(data)} bytes exceeds the limit of {max_bytes} bytes")
     if len(data) < _LEN.size:

@@ -232,7 +232,8 @@ class TransformersBackend:
         path = Path(path)
         with self._lock:
             if version in self._adapters:
-                raise BackendError(f"adapter version {version!r} is already loaded (from {self._adapters[version] or 'memory: a trained adapter'}); "
+                source = self._adapters[version] or "memory: the adapter being trained"
+                raise BackendError(f"adapter version {version!r} is already loaded (from {source}); "
                                    f"use a new version name")
             _check_adapter_fits(path, self.model, self.model_id)
             from peft import PeftModel

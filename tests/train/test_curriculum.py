@@ -12,7 +12,7 @@ from train.curriculum import (
     FAILED_PART,
     AdaptiveCurriculum,
     Correctness,
-    CurriculumConfig,
+    AdaptiveCurriculumConfig,
     ThresholdSchedule,
     dynamic_sample,
     filter_groups,
@@ -109,13 +109,13 @@ def test_dynamic_sampling_stops_at_the_draw_budget():
 
 
 def test_running_success_is_an_ema():
-    cur = AdaptiveCurriculum(CurriculumConfig(ema=0.5))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=0.5))
     # rates 1.0, 0.0, 0.5: s = 1.0 (first sets it), 0.5*1 + 0.5*0 = 0.5, 0.5*0.5 + 0.5*0.5 = 0.5
     for rewards, want in (((2.0, 1.0), 1.0), ((0.0, 0.0), 0.5), ((1.0, 0.0), 0.5)):
         cur.observe([group(*rewards)])
         assert cur.success["p"] == pytest.approx(want)
     assert cur.seen["p"] == 3
-    cur = AdaptiveCurriculum(CurriculumConfig(ema=0.3, init=0.5))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=0.3, init=0.5))
     cur.observe([group(2.0, 2.0)])  # 0.7 * 0.5 + 0.3 * 1 = 0.65
     assert cur.success["p"] == pytest.approx(0.65)
     cur.observe([group(0.0, 0.0, 2.0, None)])  # rate 1/3 (the failed sample is left out): 0.7*0.65 + 0.1 = 0.555
@@ -123,7 +123,7 @@ def test_running_success_is_an_ema():
 
 
 def test_hard_queue_enters_leaves_and_stays_bounded():
-    cur = AdaptiveCurriculum(CurriculumConfig(ema=0.5, hard_below=0.5, max_hard=2))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=0.5, hard_below=0.5, max_hard=2))
     cur.observe([group(2.0, 2.0, pid="a"), group(2.0, 0.0, 0.0, 0.0, pid="b"), group(2.0, 2.0, 0.0, pid="c")])
     assert cur.success == {"a": 1.0, "b": 0.25, "c": pytest.approx(2 / 3)}
     assert list(cur.hard) == ["b"]
@@ -138,7 +138,7 @@ def test_hard_queue_enters_leaves_and_stays_bounded():
 
 
 def test_hard_picks_are_weighted_by_failure_rate():
-    cur = AdaptiveCurriculum(CurriculumConfig(ema=1.0, seed=3))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=1.0, seed=3))
     cur.observe([group(2.0, 0.0, 0.0, 0.0, 0.0, pid="a"), group(2.0, 2.0, 2.0, 0.0, 0.0, pid="b")])
     assert cur.success == {"a": 0.2, "b": 0.6} and cur.hard_ids() == ["a"]
     cur.hard["b"] = cur.observations  # queue b too, to compare the two weights
@@ -146,7 +146,7 @@ def test_hard_picks_are_weighted_by_failure_rate():
     firsts = [cur.pick_hard(1)[0] for _ in range(3000)]
     assert firsts.count("a") / 3000 == pytest.approx(2 / 3, abs=0.03)
     assert sorted(cur.pick_hard(5)) == ["a", "b"]  # without replacement, capped by the queue
-    again = AdaptiveCurriculum(CurriculumConfig(ema=1.0, seed=3))
+    again = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=1.0, seed=3))
     again.observe([group(2.0, 0.0, 0.0, 0.0, 0.0, pid="a"), group(2.0, 2.0, 2.0, 0.0, 0.0, pid="b")])
     again.hard["b"] = again.observations
     assert [again.pick_hard(1)[0] for _ in range(3000)] == firsts  # same seed, same picks
@@ -171,7 +171,7 @@ class FakeSampler:
 
 
 def test_next_batch_mixes_a_fixed_share_of_hard_prompts():
-    cur = AdaptiveCurriculum(CurriculumConfig(hard_fraction=0.25, seed=1))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(hard_fraction=0.25, seed=1))
     sampler = FakeSampler()
     assert [p.origin["id"] for p in cur.next_batch(sampler, 4)] == ["s0", "s1", "s2", "s3"]  # empty queue
     cur.observe([group(0.0, 0.0, pid=f"h{i}") for i in range(3)])
@@ -187,7 +187,7 @@ def test_next_batch_mixes_a_fixed_share_of_hard_prompts():
 
 
 def test_state_dict_is_json_and_restores_exactly():
-    cur = AdaptiveCurriculum(CurriculumConfig(ema=0.4, seed=5))
+    cur = AdaptiveCurriculum(AdaptiveCurriculumConfig(ema=0.4, seed=5))
     cur.observe([group(2.0, 0.0, 0.0, pid=f"q{i}") for i in range(6)] + [group(0.0, 0.0, pid="q0")])
     assert len(cur.hard) == 6
     cur.pick_hard(2)  # move the RNG on
@@ -204,9 +204,9 @@ def test_state_dict_is_json_and_restores_exactly():
 
 def test_config_checks():
     with pytest.raises(ValueError, match="ema"):
-        CurriculumConfig(ema=0.0)
+        AdaptiveCurriculumConfig(ema=0.0)
     with pytest.raises(ValueError, match="hard_fraction"):
-        CurriculumConfig(hard_fraction=1.5)
+        AdaptiveCurriculumConfig(hard_fraction=1.5)
     with pytest.raises(ValueError, match="origin has no 'id'"):
         AdaptiveCurriculum().observe([[TrainSample([], None, (1, 1), (1, 1), "", (1,), None, 1.0,
                                                    {CORRECT_PART: 1.0})]])

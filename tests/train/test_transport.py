@@ -13,7 +13,7 @@ import pytest
 from train.adapters import AdapterRef, _digest
 from train.samples import TrainSample
 from train.transport import (ActorStatus, EpisodeMessage, GroupAssembler, GroupMessage, InProcessTransport, Transport,
-                             TransportClosed, TransportError, decode, encode)
+                             TransportClosed, TransportError, decode_message, encode_message)
 
 MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click «OK» 好"}]}]
 
@@ -35,10 +35,10 @@ def group(key: str, n: int, *, parts: int = 1, level: str = "step", image: np.nd
 
 def test_a_group_round_trips_with_its_shared_image_sent_once():
     msg = group("g", 4)
-    data = encode(msg)
+    data = encode_message(msg)
     image_bytes = 28 * 56 * 3
     assert image_bytes < len(data) < 2 * image_bytes + 8000  # four samples, one image part
-    back = decode(data)
+    back = decode_message(data)
     assert isinstance(back, GroupMessage) and back.group == "g" and back.parts == 1 and back.level == "step"
     for a, b in zip(msg.samples, back.samples):
         assert np.array_equal(a.image, b.image) and b.image.dtype == np.uint8
@@ -56,29 +56,29 @@ def test_every_message_kind_round_trips():
         ActorStatus("actor-1", "restarting", "learner@2", 3, 9, 1, "DeviceDisconnected: gone", 5.0),
         AdapterRef("learner@2", 2, "/run/adapters/v000002", _digest(files), files, 99.0),
     ):
-        assert decode(encode(msg)) == msg
+        assert decode_message(encode_message(msg)) == msg
 
 
 def test_bad_payloads_are_refused_with_a_reason():
-    data = encode(group("g", 2))
+    data = encode_message(group("g", 2))
     with pytest.raises(TransportError, match="exceeds the limit"):
-        encode(group("g", 2), max_bytes=1000)
+        encode_message(group("g", 2), max_bytes=1000)
     with pytest.raises(TransportError, match="exceeds the limit"):
-        decode(data, max_bytes=100)
+        decode_message(data, max_bytes=100)
     with pytest.raises(TransportError, match="too short"):
-        decode(b"\x00")
+        decode_message(b"\x00")
     with pytest.raises(TransportError, match="header claims"):
-        decode(data[:20])
+        decode_message(data[:20])
     with pytest.raises(TransportError, match="does not fit"):
-        decode(data[:-10])  # the image part is cut off
+        decode_message(data[:-10])  # the image part is cut off
     header = json.dumps({"schema": 99, "type": "group", "body": {}, "parts": []}).encode()
     with pytest.raises(TransportError, match="schema"):
-        decode(len(header).to_bytes(4, "big") + header)
+        decode_message(len(header).to_bytes(4, "big") + header)
     header = json.dumps({"schema": 1, "type": "group", "body": {"id": "x"}, "parts": []}).encode()
     with pytest.raises(TransportError, match="malformed group"):
-        decode(len(header).to_bytes(4, "big") + header)
+        decode_message(len(header).to_bytes(4, "big") + header)
     with pytest.raises(TransportError, match="not JSON"):
-        decode((5).to_bytes(4, "big") + b"{nope")
+        decode_message((5).to_bytes(4, "big") + b"{nope")
 
 
 def test_the_in_process_transport_carries_messages_between_threads_and_over_the_wire():
