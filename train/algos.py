@@ -1,10 +1,11 @@
 """Policy-gradient math for RL on verifiable rewards: group advantages, the PPO surrogate, the k3 KL term.
 
-Two recipes are covered (docs: /work/shared/research/algorithms.md):
+Two recipes are covered (the formulas, their papers and released files: docs/algorithms.md, "Advantages" and
+"The update"):
 
-* InfiGUI-G1 / AEPO (§1.4): ``rloo_advantages`` + ``policy_loss(clip_low=0.2, clip_high=0.4, dual_clip=3.0)``,
+* InfiGUI-G1 / AEPO: ``rloo_advantages`` + ``policy_loss(clip_low=0.2, clip_high=0.4, dual_clip=3.0)``,
   token-mean, no KL.
-* GUI-R1 / GRPO (§2.4): ``grpo_advantages`` (unbiased std, eps 1e-6) + ``policy_loss(clip_low=0.2, clip_high=0.2)``
+* GUI-R1 / GRPO: ``grpo_advantages`` (unbiased std, eps 1e-6) + ``policy_loss(clip_low=0.2, clip_high=0.2)``
   + ``0.01 * kl_k3(logprobs, ref_logprobs, mask)``.
 
 Every function is pure and synchronous. Shapes: ``B`` samples (responses), ``T`` response tokens, ``V`` vocabulary.
@@ -70,7 +71,7 @@ def _as_float(rewards: Tensor) -> Tensor:
 
 
 def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """REINFORCE leave-one-out advantage (AEPO, §1.4).
+    """REINFORCE leave-one-out advantage (AEPO; docs/algorithms.md, "RLOO, for AEPO").
 
     ``A_i = r_i - mean_{j != i, j in g(i)} r_j``, equal to ``n/(n-1) * (r_i - mean_g)`` (verl's form).
     No std normalisation. A group of size 1 has no other member to compare with: its advantage is 0.
@@ -95,7 +96,8 @@ def grpo_advantages(
     eps: float = 1e-6,
     std: Literal["unbiased", "biased", "none"] = "unbiased",
 ) -> Tensor:
-    """GRPO outcome advantage (GUI-R1, §2.4): ``A_i = (r_i - mean_g) / (std_g + eps)``.
+    """GRPO outcome advantage (GUI-R1): ``A_i = (r_i - mean_g) / (std_g + eps)`` (docs/algorithms.md,
+    "Group-normalised, for GRPO").
 
     ``std="unbiased"`` divides the squared deviations by ``n - 1`` (torch.std's default, as in verl/EasyR1);
     ``"biased"`` by ``n``; ``"none"`` skips the division (Dr. GRPO). A group whose rewards are all equal gets
@@ -268,7 +270,8 @@ def policy_loss(
     behaviour_logprobs: Tensor | None = None,
     max_is_ratio: float | None = None,
 ) -> tuple[Tensor, PolicyLossMetrics]:
-    """PPO clipped surrogate with clip-higher and dual-clip, token-mean over the mask (AEPO §1.4, GRPO §2.4).
+    """PPO clipped surrogate with clip-higher and dual-clip, token-mean over the mask (AEPO and GRPO;
+    docs/algorithms.md, "The PPO clipped surrogate, clip-higher and dual-clip" and "Token-mean").
 
     Per token, with ``ratio = exp(logprobs - old_logprobs)`` and the sample's advantage ``A``::
 

@@ -1,5 +1,6 @@
 """Which groups to train on and which prompts to draw next: difficulty filtering, DAPO-style dynamic sampling, the
-adaptive curriculum of the InfiGUI-G1 write-up, and a schedule that tightens a distance reward's threshold.
+adaptive curriculum of the InfiGUI-G1 write-up, and a schedule that tightens a distance reward's threshold (the
+rules and their sources: docs/algorithms.md, "Which groups train, and which prompts come next").
 
 Correctness. A sample is *correct* by the reward's own accuracy notion, which the reward adapter of
 ``train.data.reward_fn`` stores as the part ``"correct"`` (1.0 or 0.0; not a summand of the total): AEPO and the

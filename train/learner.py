@@ -59,7 +59,7 @@ __all__ = ["Learner", "RolloutPrompt", "attach_lora", "encode_example", "rollout
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 """The language model's attention projections (the vision tower's are named ``qkv`` / ``proj``: not matched)."""
 
-_DEFAULTS = {  # algo -> (clip_high, kl_coef), per shared/research/algorithms.md §1.4 and §2.4
+_DEFAULTS = {  # algo -> (clip_high, kl_coef), as released (docs/algorithms.md, "Defaults against the papers")
     "aepo": (0.4, 0.0),
     "grpo": (0.2, 0.01),
 }

@@ -8,9 +8,12 @@ Two variants per reward:
 
 - ``variant="code"`` (default) reproduces the released training code, quirks
   included (InfiGUI-G1 ``recipe/infigui-g1/reward_fn.py``; GUI-R1
-  ``verl/utils/reward_score/r1gui.py``), as described in
-  ``shared/research/algorithms.md`` §1.3 and §2.2.
-- ``variant="paper"`` follows the formula printed in the paper (§1.2, §2.2).
+  ``verl/utils/reward_score/r1gui.py``), as described in docs/algorithms.md,
+  "AEPO: the adaptive exploration reward" and "GUI-R1: format and accuracy".
+- ``variant="paper"`` follows the formula printed in the paper (the same
+  sections give both and where they differ).
+
+The names a training config gives these functions are in ``train.reward_registry``.
 
 A response that does not parse is never an exception: it scores the format
 failure value. Malformed *ground truth* is a caller bug and raises ``ValueError``.

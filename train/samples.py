@@ -1,4 +1,5 @@
-"""Training samples (DESIGN.md "Training samples"): one response to one prompt, with what the learner needs.
+"""Training samples (docs/design.md, "Trajectories and training samples"): one response to one prompt, with
+what the learner needs.
 
 A ``TrainSample`` holds the prompt (chat messages whose image part is a bare ``{"type": "image"}`` placeholder,
 plus the image itself: a path or an RGB uint8 array already at the model-input size), the frame and model-input
@@ -27,7 +28,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReadStats", "RolloutPrompt", "TrainSample", "iter_groups", "load_image", "messages_with_image", "read_jsonl", "write_jsonl"]
+__all__ = ["ReadStats", "RolloutPrompt", "TrainSample", "iter_groups", "load_image", "messages_with_image", "read_jsonl",
+           "write_jsonl"]
 
 SCHEMA_VERSION = 1
 

@@ -1,6 +1,6 @@
 """Between actors and the learner: the messages of an online session and the small interface they travel through.
 
-Four kinds of traffic, named after the topics of the fleet bus (DESIGN.md, "Bus"):
+Four kinds of traffic, named after the topics of the fleet bus (docs/design.md, "The transport"):
 
 - ``GroupMessage`` (actor -> learner, ``samples/<actor>``): scored training samples. A group is all messages with
   the same ``group`` key; ``parts`` says how many make it whole (1 for a step-level group: the n candidates of one
