@@ -119,7 +119,8 @@ def version_step(version: str | None) -> int | None:
 
 
 class Learner:
-    """Policy-gradient updates of ``backend.model`` (see the module docstring).
+    """Policy-gradient updates of ``backend.model`` (see the module docstring); the trainer uses it as a
+    ``train.trainable.Trainable``.
 
     Args:
         backend: the transformers backend whose model is trained in place (its generation then uses the update).

@@ -77,7 +77,8 @@ def end_of_turn_id(tokenizer: Any) -> int:
 
 
 class SupervisedLearner:
-    """Cross-entropy updates of ``backend.model`` on target texts (see the module docstring).
+    """Cross-entropy updates of ``backend.model`` on target texts (see the module docstring); the trainer uses it
+    as a ``train.trainable.Trainable``.
 
     Args:
         backend: the transformers backend whose model is trained in place.

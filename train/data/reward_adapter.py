@@ -27,8 +27,9 @@ __all__ = ["RewardAdapter", "reward_fn"]
 
 
 class RewardAdapter:
-    """``reward(prompt, text) -> RewardResult``: one of ``train.rewards``' functions applied to ``prompt.target``,
-    plus the part ``"correct"``; a reward that raises gives a failed result (see the module docstring).
+    """``reward(prompt, text) -> RewardResult``: the reward registered as ``name`` (``spec``) applied to
+    ``prompt.target``, plus the part ``"correct"``; a reward that raises gives a failed result (see the module
+    docstring).
 
     ``step`` is the training step the trainer last set (``set_step``); the distance reward reads its threshold
     from ``schedule(step)`` when a schedule is given.
