@@ -88,10 +88,11 @@ def oracle_for(env: Any) -> Any | None:
     from envs.generated.env import GeneratedEnv
     from envs.miniwob.env import TARGET_TASKS, MiniWobEnv
 
-    if isinstance(env, GeneratedEnv):
+    inner = getattr(env, "unwrapped", env)  # the type of the environment inside its wrappers (TimeLimit)
+    if isinstance(inner, GeneratedEnv):
         return GeneratedOracle(env)
-    if isinstance(env, MiniWobEnv):
-        return MiniWobOracle(env) if env.task in TARGET_TASKS else None
-    if isinstance(env, AndroidTaskEnv):
+    if isinstance(inner, MiniWobEnv):
+        return MiniWobOracle(env) if inner.task in TARGET_TASKS else None
+    if isinstance(inner, AndroidTaskEnv):
         return AndroidOracle(env)
     return None

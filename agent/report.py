@@ -19,12 +19,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from agent.episode import PHASES
 from agent.eval import wilson_interval
 from agent.summary import describe_action
 from envs.records import Outcome, StepRecord
 from envs.trajectory import Episode, iter_episodes
 
-PHASE_ORDER = ("reset", "start", "observe", "decide", "guard", "verify", "act", "step", "settle", "record")
+PHASE_ORDER = ("reset", "start", *(p for p in PHASES if p != "reset"))
+"""The runner's phases; ``start`` is the name runs before the one runner gave the device's start (still read)."""
 LAZY_OVER = 200
 """Runs with more frames than this load images lazily."""
 

@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from agent.episode import PHASES
 from envs.records import EpisodeRecord, Outcome, StepRecord
 from envs.trajectory import Episode
 
@@ -14,7 +15,8 @@ OUTCOME_STYLE = {
     Outcome.INFEASIBLE: "yellow", Outcome.TRUNCATED: "yellow", Outcome.ABORTED: "bold red",
     Outcome.INTERRUPTED: "yellow",
 }
-PHASE_ORDER = ("start", "observe", "decide", "guard", "act", "settle", "verify", "record")
+PHASE_ORDER = ("start", *PHASES)
+"""The runner's phases, and ``start``: the device's start in runs recorded before the one runner (still shown)."""
 
 
 def describe_action(data: dict[str, Any] | None) -> str:
@@ -58,7 +60,7 @@ def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> No
     for phase in PHASE_ORDER:
         seconds = record.timings.get(phase, 0.0)
         if seconds or phase in ("observe", "decide", "act", "settle", "record"):
-            per = "" if phase == "start" else f"{seconds / steps * 1000:.0f} ms"
+            per = "" if phase in ("start", "reset") else f"{seconds / steps * 1000:.0f} ms"
             table.add_row(phase, f"{seconds:.2f} s", per)
     wall = (record.ended_at or record.started_at) - record.started_at
     console.print()

@@ -156,33 +156,42 @@ def _target(cfg: Any, task: str | None) -> tuple[str, str, Any, Any]:
     return task, site.url(builtin.page if builtin else "demo.html"), site, builtin
 
 
+def task_env(cfg: Any, plan: RunPlan) -> Any:
+    """The planned run as an environment: the configured device, the task, the built-in task's checker if any, the
+    step budget (``TimeLimit``) and, for ``--dry-run``, the ``DryRun`` wrapper."""
+    from envs.task_env import TaskEnv
+    from envs.wrappers import DryRun, TimeLimit
+
+    device = build_device(cfg, plan.url)
+    if plan.builtin is not None:
+        env: Any = TaskEnv(device, plan.task, checker=plan.builtin.check, name=plan.builtin.name,
+                           info={k: v for k, v in plan.builtin.describe().items() if k != "name"})
+    else:
+        env = TaskEnv(device, plan.task, name="url" if plan.url else cfg.device.kind,
+                      info={"url": plan.url} if plan.url else {})
+    return TimeLimit(DryRun(env) if cfg.agent.dry_run else env, cfg.agent.max_steps)
+
+
 def execute(cfg: Any, plan: RunPlan) -> int:
     """Run the planned episode on a new device, print each step and the summary; the exit code of its outcome."""
-    from agent.loop import LoopOptions, run_episode
+    from agent.runner import RunOptions, run_episode
     from agent.summary import print_step, print_summary
     from envs.records import Outcome
 
     console = make_console()
-    writer = plan.run.episode(
-        task=plan.task,
-        env=(plan.builtin.describe() if plan.builtin else {"name": "url", "url": plan.url}),
-        policy=plan.policy.describe(),
-        dry_run=cfg.agent.dry_run,
-    )
-    device = build_device(cfg, plan.url)
-    options = LoopOptions(cfg.agent.max_steps, cfg.agent.max_parse_retries, cfg.agent.dry_run)
+    writer = plan.run.episode(task=plan.task, dry_run=cfg.agent.dry_run)
+    env = task_env(cfg, plan)
     console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
     interrupted = False
 
     async def episode() -> None:
         stop = stop_on_ctrl_c()
         try:
-            await run_episode(
-                plan.task, device, plan.policy, writer, options=options, guard=plan.guard,
-                checker=plan.builtin.check if plan.builtin else None, secrets=plan.secrets,
-                on_step=lambda step: print_step(console, step), stop=stop,
-            )
+            await run_episode(env, plan.policy, writer, options=RunOptions(cfg.agent.max_parse_retries),
+                              guard=plan.guard, secrets=plan.secrets, on_step=lambda step: print_step(console, step),
+                              stop=stop)
         finally:
+            await _close(env)
             await close_policy(plan.policy)
 
     try:
@@ -196,9 +205,19 @@ def execute(cfg: Any, plan: RunPlan) -> int:
     return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
 
 
+async def _close(env: Any) -> None:
+    """Close the environment (and its device) even while Ctrl-C cancels the episode; best effort, 15 s at most."""
+    import logging
+
+    try:
+        await asyncio.shield(asyncio.wait_for(env.close(), timeout=15))
+    except (Exception, asyncio.CancelledError) as e:
+        logging.getLogger(__name__).warning("closing the device failed: %s: %s", type(e).__name__, e)
+
+
 def stop_on_ctrl_c() -> asyncio.Event:
-    """Ctrl-C while an episode runs: cancel it (the loop records it as interrupted) and set the returned event,
-    which the loop checks at every step boundary, so the episode ends even where a library swallowed the
+    """Ctrl-C while an episode runs: cancel it (the runner records it as interrupted) and set the returned event,
+    which the runner checks at every step boundary, so the episode ends even where a library swallowed the
     cancellation. A second Ctrl-C gets Python's default handling (an immediate KeyboardInterrupt)."""
     import signal
 

@@ -71,7 +71,7 @@ def test_scripted_policy_from_a_file(tmp_path):
     _, episode = only_episode(tmp_path / "r")
     # "look around" is not one of the demo page's tasks, so no checker can verify it: claimed.
     assert episode.record.outcome is Outcome.CLAIMED and episode.record.answer == "ok"
-    assert episode.record.env == {"name": "url", "url": episode.steps[0].info["url"]}
+    assert episode.record.env == {"name": "url", "url": episode.steps[0].info["url"], "seed": None, "max_steps": 15}
     assert [s.parse_error is None for s in episode.steps] == [True, False, True]
 
 

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.loop import run_episode
+from agent.runner import run_episode
 from devices.settle import SettleConfig
 from devices.web import PlaywrightDevice, WebConfig
 from envs.records import Outcome
+from envs.task_env import TaskEnv
 from envs.tasks import ClickTask
+from envs.wrappers import TimeLimit
 from envs.trajectory import RunWriter, read_episode
 from policy.backends.hf import ForceTextLogitsProcessor, TransformersBackend
 from policy.model import ModelPolicy
@@ -67,7 +69,15 @@ def test_a_forced_model_answer_clicks_the_right_element(tmp_path, tiny_model, si
     device = PlaywrightDevice(WebConfig(viewport_width=W, viewport_height=H), SettleConfig(min_s=0, deadline_s=1),
                               url=site.url("go.html"))
     task = ClickTask("go", "Click Go", "go.html", "go")
-    record = asyncio.run(run_episode("Click Go", device, policy, writer, checker=task.check))
+    env = TaskEnv(device, "Click Go", checker=task.check)
+
+    async def episode():
+        try:
+            return (await run_episode(TimeLimit(env, 15), policy, writer)).record
+        finally:
+            await env.close()
+
+    record = asyncio.run(episode())
     assert record.outcome is Outcome.SUCCESS, record
     episode = read_episode(writer.path)
     click, done = episode.steps

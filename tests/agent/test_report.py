@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 
 from agent.eval import evaluate
-from agent.loop import LoopOptions, run_episode
+from agent.runner import run_episode
 from agent.report import build_report
 from devices.actions import Action, ActionKind, Point
 from devices.settle import SettleConfig
 from devices.web import PlaywrightDevice, WebConfig
 from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.records import Outcome
+from envs.task_env import TaskEnv
 from envs.tasks import ClickTask
+from envs.wrappers import TimeLimit
 from envs.trajectory import RunWriter, iter_episodes
 from policy.scripted import ScriptedPolicy
 from tests.agent.test_eval import Corner
-from tests.agent.test_loop import BUTTONS_HTML, NO, OK
+from tests.agent.test_runner import BUTTONS_HTML, NO, OK
 
 _RENDERED_JS = """() => {
   const imgs = Array.from(document.querySelectorAll('.step img'));
@@ -97,7 +99,7 @@ def test_report_of_an_eval_run(tmp_path):
             assert name in data["table"]
         assert rate in data["table"]
         _check_steps(data, run_dir)
-        assert {"reset", "decide", "verify", "step"} <= set(data["bars"]) and data["barRects"] == len(data["bars"])
+        assert {"reset", "decide", "verify", "act"} <= set(data["bars"]) and data["barRects"] == len(data["bars"])
     # The oracle's verdicts and step rewards are on the page.
     text = (result.run_dir / "report.html").read_text()
     assert "on the target" in text and "step reward" in text
@@ -112,15 +114,22 @@ def test_report_of_an_agent_run(tmp_path, site, pages_dir):
               Action(ActionKind.TYPE, Point(0.5, 0.7), text="hello"), Action(ActionKind.FINISH)]
     device = PlaywrightDevice(WebConfig(viewport_width=800, viewport_height=600), SettleConfig(min_s=0.0, deadline_s=1.0),
                               url=url)
-    writer = run.episode(task="click OK", env={"name": "demo/ok"})
-    record = asyncio.run(run_episode("click OK", device, ScriptedPolicy(script), writer,
-                                     options=LoopOptions(), checker=task.check))
+    writer = run.episode(task="click OK")
+    env = TaskEnv(device, "click OK", checker=task.check, name="demo/ok")
+
+    async def episode():
+        try:
+            return (await run_episode(TimeLimit(env, 15), ScriptedPolicy(script), writer)).record
+        finally:
+            await env.close()
+
+    record = asyncio.run(episode())
     assert record.outcome is Outcome.SUCCESS  # the page checker reads the last click (OK)
     report = build_report(run.path)
     data = asyncio.run(_render(report, tmp_path / "loop-report.png"))
     assert "demo/ok" in data["table"] and "success 1" in data["table"]
     _check_steps(data, run.path)
     assert data["steps"][0]["raw"] == "not json at all"
-    assert {"start", "observe", "decide", "act", "settle"} <= set(data["bars"])
+    assert {"reset", "observe", "decide", "act", "settle"} <= set(data["bars"])
     html = report.read_text()
     assert "not JSON" in html and "type “hello”" in html  # the parse error and the typed-text label

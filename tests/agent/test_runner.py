@@ -1,4 +1,5 @@
-"""The closed loop on a real Chromium: outcomes, retries, guard, dry run, secrets, crashes."""
+"""The episode runner on a real Chromium (a TaskEnv: a page, an instruction, an optional checker, as agent run
+builds it): outcomes, retries, guard, dry run, secrets, crashes."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import numpy as np
 import pytest
 
 from agent.guard import KindGuard
-from agent.loop import LoopOptions, run_episode
+from agent.runner import RunOptions, run_episode
 from agent.secrets import MASK, Secrets
 from devices.actions import Action, ActionKind, Point
 from devices.settle import SettleConfig
 from devices.web import PlaywrightDevice, WebConfig
 from envs.records import Outcome
+from envs.task_env import TaskEnv
 from envs.tasks import ClickTask
 from envs.trajectory import RunWriter, read_episode
+from envs.wrappers import DryRun, TimeLimit
 from policy.scripted import ScriptedPolicy
 from tests.conftest import kill_browsers
 
@@ -43,13 +46,26 @@ def _device(url: str) -> PlaywrightDevice:
     return PlaywrightDevice(WebConfig(viewport_width=800, viewport_height=600), FAST_SETTLE, url=url)
 
 
-def _run(tmp_path: Path, url: str, script, *, checker=None, options=None, guard=None, secrets=None, task="t", device=None):
+def _env(device, task="t", *, checker=None, max_steps=15, dry_run=False):
+    env = TaskEnv(device, task, checker=checker)
+    return TimeLimit(DryRun(env) if dry_run else env, max_steps)
+
+
+async def _episode(env, policy, writer, **kwargs):
+    """One episode; the caller owns the environment, so it closes it (and its browser) here."""
+    try:
+        return (await run_episode(env, policy, writer, **kwargs)).record
+    finally:
+        await env.close()
+
+
+def _run(tmp_path: Path, url: str, script, *, checker=None, options=None, guard=None, secrets=None, task="t", device=None,
+         max_steps=15, dry_run=False):
     run = RunWriter(tmp_path / "runs", config={"test": True})
     writer = run.episode(task=task)
-    record = asyncio.run(
-        run_episode(task, device or _device(url), ScriptedPolicy(script), writer, options=options or LoopOptions(),
-                    guard=guard, checker=checker, secrets=secrets)
-    )
+    env = _env(device or _device(url), task, checker=checker, max_steps=max_steps, dry_run=dry_run)
+    record = asyncio.run(_episode(env, ScriptedPolicy(script), writer, options=options or RunOptions(), guard=guard,
+                                  secrets=secrets))
     return record, read_episode(writer.path)
 
 
@@ -109,14 +125,14 @@ def test_unparseable_output_is_recorded_and_retried_never_executed(tmp_path, pag
 
 
 def test_too_many_parse_failures_abort(tmp_path, page_url):
-    record, episode = _run(tmp_path, page_url, ["nope"] * 5, options=LoopOptions(max_parse_retries=2))
+    record, episode = _run(tmp_path, page_url, ["nope"] * 5, options=RunOptions(max_parse_retries=2))
     assert record.outcome is Outcome.ABORTED
     assert record.reason["type"] == "PolicyParseError"
     assert len(episode.steps) == 3  # two retries allowed, the third failure aborts
 
 
 def test_step_budget_truncates(tmp_path, page_url):
-    record, episode = _run(tmp_path, page_url, [Action(ActionKind.WAIT, duration_s=0)] * 10, options=LoopOptions(max_steps=3))
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.WAIT, duration_s=0)] * 10, max_steps=3)
     assert record.outcome is Outcome.TRUNCATED
     assert len(episode.steps) == 3 and all(s.executed for s in episode.steps)
 
@@ -129,7 +145,7 @@ def test_infeasible(tmp_path, page_url):
 
 def test_dry_run_records_but_does_not_act(tmp_path, page_url):
     record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
-                           checker=OK_TASK.check, options=LoopOptions(dry_run=True))
+                           checker=OK_TASK.check, dry_run=True)
     # The click was never performed, so the page's checker says no.
     assert record.outcome is Outcome.FAILURE
     assert record.verifier["clicks"] == []
@@ -186,7 +202,7 @@ def test_browser_killed_mid_episode_keeps_finished_steps(tmp_path, page_url):
     writer = run.episode(task="t")
     policy = KillingPolicy([Action(ActionKind.CLICK, OK), Action(ActionKind.CLICK, NO), Action(ActionKind.CLICK, OK),
                             Action(ActionKind.FINISH)])
-    record = asyncio.run(run_episode("t", _device(page_url), policy, writer))
+    record = asyncio.run(_episode(_env(_device(page_url)), policy, writer))
     assert record.outcome is Outcome.ABORTED
     assert record.reason["type"] == "DeviceDisconnected"
     assert "browser has gone away" in record.reason["message"]
@@ -216,7 +232,8 @@ def test_cancellation_is_recorded_as_interrupted(tmp_path, page_url):
 
     async def main():
         task = asyncio.create_task(
-            run_episode("t", _device(page_url), ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.05)] * 1000), writer)
+            _episode(_env(_device(page_url), max_steps=1000),
+                     ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.05)] * 1000), writer)
         )
         while writer.num_steps < 3:
             await asyncio.sleep(0.05)
@@ -244,8 +261,9 @@ def test_a_stop_request_ends_the_episode_even_if_the_cancellation_was_swallowed(
                 stop.set()
 
         with pytest.raises(asyncio.CancelledError):
-            await run_episode("t", _device(page_url), ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.01)] * 50),
-                              writer, on_step=on_step, stop=stop)
+            await _episode(_env(_device(page_url), max_steps=50),
+                           ScriptedPolicy([Action(ActionKind.WAIT, duration_s=0.01)] * 50), writer, on_step=on_step,
+                           stop=stop)
 
     asyncio.run(main())
     episode = read_episode(writer.path)
@@ -259,3 +277,50 @@ def test_a_key_the_device_lacks_is_recorded_and_the_episode_goes_on(tmp_path, pa
     assert record.outcome is Outcome.SUCCESS
     first = episode.steps[0]
     assert not first.executed and first.error["type"] == "UnsupportedAction" and "phone key" in first.error["message"]
+
+
+def test_guard_refusals_use_no_budget_and_too_many_in_a_row_abort(tmp_path, page_url):
+    # One rule for every decision that cannot be executed (no parse, a kind the device lacks, refused by the guard):
+    # it never reaches env.step, so it does not use the step budget, and max_parse_retries of them in a row are
+    # retried; one more aborts the episode.
+    guard = KindGuard(refuse=frozenset({ActionKind.CLICK}))
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK)] * 5, guard=guard, max_steps=2,
+                           options=RunOptions(max_parse_retries=3))
+    assert record.outcome is Outcome.ABORTED and record.reason["type"] == "GuardRefusal"
+    assert record.reason["message"].startswith("4 actions in a row could not be executed; last: refused:")
+    assert len(episode.steps) == 4  # twice the step budget: refusals did not use it
+    assert all(s.guard["verdict"] == "refuse" and not s.executed for s in episode.steps)
+    # An executed step in between starts the count again.
+    script = [Action(ActionKind.CLICK, OK), Action(ActionKind.WAIT, duration_s=0), Action(ActionKind.CLICK, OK),
+              Action(ActionKind.FINISH)]
+    record, episode = _run(tmp_path, page_url, script, guard=guard, options=RunOptions(max_parse_retries=1))
+    assert record.outcome is Outcome.CLAIMED and len(episode.steps) == 4
+
+
+def test_a_bug_surfaces_after_the_finished_steps_and_the_outcome_are_on_disk(tmp_path, page_url):
+    class Buggy(ScriptedPolicy):
+        async def decide(self, task, history, observation, n=1):
+            if self.position == 1:
+                raise ZeroDivisionError("a bug in the policy")
+            return await super().decide(task, history, observation, n)
+
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+    with pytest.raises(ZeroDivisionError, match="a bug in the policy"):
+        asyncio.run(_episode(_env(_device(page_url)), Buggy([Action(ActionKind.CLICK, OK)] * 3), writer))
+    episode = read_episode(writer.path)
+    assert episode.record.outcome is Outcome.ABORTED
+    assert episode.record.reason == {"type": "ZeroDivisionError", "message": "a bug in the policy"}
+    assert len(episode.steps) == 1 and episode.steps[0].executed and episode.steps[0].target["id"] == "ok"
+
+
+def test_the_record_names_the_environment_device_policy_and_phases(tmp_path, page_url):
+    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
+                           checker=OK_TASK.check, task="click OK", max_steps=4)
+    assert record.task == "click OK" and record.env["name"] == "task" and record.env["max_steps"] == 4
+    assert record.device["kind"] == "web" and record.policy["name"] == "scripted"
+    click = episode.steps[0]
+    # env.step's own phases are split out of it: act, settle and the next observation
+    assert {"decide", "verify", "guard", "act", "settle", "observe", "step", "record"} <= set(click.latency)
+    assert click.info["env_reward"] == 0.0 and click.info["terminated"] is False and click.settled is True
+    assert record.timings["reset"] > 0 and set(record.timings) >= {"act", "settle", "observe", "decide"}
