@@ -111,4 +111,3 @@ def test_a_reopened_run_numbers_new_episodes_after_the_old_ones(tmp_path):
     assert json.loads((tmp_path / "r1" / "run.json").read_text())["task"] == "t"  # kept, not rewritten
     with pytest.raises(RecordError, match="is not a run folder"):
         RunWriter.reopen(tmp_path / "nothing")
-
