@@ -124,7 +124,7 @@ async def bench_capture(site: LocalSite, reps: int) -> list[dict]:
 
 
 async def _handeye_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> dict[str, float]:
-    """A step with a fresh capture, as agent/loop.py runs it: the frame is written in a thread
+    """A step with a fresh capture, as the episode runner (agent/runner.py) runs it: the frame is written in a thread
     while the device acts, and the step's line waits for it."""
     dev._fresh = None  # other paths touched the page behind the device's back: capture anew
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ async def _handeye_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> 
 
 
 async def _handeye_settled_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> dict[str, float]:
-    """A step exactly as agent/loop.py runs it, settling included: observe (the previous step's
+    """A step exactly as the episode runner (agent/runner.py) runs it, settling included: observe (the previous step's
     settled capture), write the frame in a thread, act, settle, then the step's line."""
     t0 = time.perf_counter()
     obs = await dev.observe()
