@@ -135,7 +135,7 @@ def main() -> None:
             model_dir = Path(args.model)
         preset = preset_for(str(model_dir), fmt="qwen2.5-vl", **overrides)
         backend = TransformersBackend(model_dir, preset=preset, device=args.device, dtype=args.dtype)
-        backend.logits_processor_factory = lambda _request: NoEos(backend._eos_ids)
+        backend.logits_processor_factory = lambda _request: NoEos(backend.eos_ids)
         params = sum(p.numel() for p in backend.model.parameters())
         rows = asyncio.run(bench(backend, args.n, args.runs, decoding))
         describe = backend.describe()

@@ -306,6 +306,11 @@ class TransformersBackend:
                 p.requires_grad_("lora_" in pname and f".{active}." in pname)
             return self._peft, active
 
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Token ids that end a generation (the model's and the tokenizer's end-of-sequence ids)."""
+        return self._eos_ids
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the backend's lock: no generate and no adapter switch runs until the block ends (the learners
