@@ -12,9 +12,15 @@ Publishing writes the folder under a temporary name, fsyncs every file and renam
 never sees half a version. The adapter's digest is the sha256 of the sorted ``name sha256`` lines of its files
 (the manifest itself excluded); the announcement that tells actors about vN (``AdapterRef``) carries it.
 
-``verify_adapter(ref)`` recomputes every file's hash and compares it with the announcement: a missing, extra-short
-or altered file raises ``AdapterChecksumError`` and the adapter must not be loaded. The check is against the
-announcement, not the manifest next to the files, so a corrupted folder cannot vouch for itself.
+``verify_adapter(ref, root=...)`` recomputes every file's hash and compares it with the announcement: a missing,
+extra-short or altered file raises ``AdapterChecksumError`` and the adapter must not be loaded. The check is against
+the announcement, not the manifest next to the files, so a corrupted folder cannot vouch for itself.
+
+An announcement is data from another process, so where it points is checked before anything is read or written
+(``AdapterPathError``): its folder must lie inside the store the reader trusts (``root``, ``<run>/adapters``), its
+file names must be plain names inside that folder (no separator, no ``..``, no absolute path, no NUL), and every
+path is resolved, so a symlink leading out of the folder is refused too. Otherwise ``load_verified`` would write
+``../x`` outside its private copy, and the verifier would hash any file on the machine.
 
 Only LoRA adapters are published: a hot swap replaces the adapter of a loaded base model, while full fine-tuning
 would need the whole model reloaded.
@@ -33,15 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from train.errors import AdapterChecksumError, AdapterError
+from train.errors import AdapterChecksumError, AdapterError, AdapterPathError
 
 if TYPE_CHECKING:
     from train.trainable import Trainable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdapterChecksumError", "AdapterError", "AdapterRef", "AdapterStore", "LoadTimes", "adapter_digest",
-           "load_verified", "unload_adapters", "verify_adapter"]
+__all__ = ["AdapterChecksumError", "AdapterError", "AdapterPathError", "AdapterRef", "AdapterStore", "LoadTimes",
+           "adapter_digest", "confined_files", "load_verified", "unload_adapters", "verify_adapter"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -103,15 +109,59 @@ def adapter_digest(folder: str | Path) -> tuple[str, dict[str, str]]:
     return _digest(files), files
 
 
-def verify_adapter(ref: AdapterRef) -> Path:
-    """The adapter folder of ``ref`` once every file matches the announced hashes; ``AdapterChecksumError`` if not.
+def _name_problem(name: str) -> str:
+    """Why ``name`` is not a plain file name ("" when it is one)."""
+    if not name:
+        return "is empty"
+    if "\0" in name:
+        return "contains a NUL byte"
+    if name.startswith("/") or Path(name).is_absolute():
+        return "is an absolute path"
+    if "/" in name or "\\" in name or os.sep in name:
+        return "contains a path separator"
+    if name in (".", ".."):
+        return "is a relative step (. or ..)"
+    return ""
 
-    Checks that the announced file list hashes to ``ref.sha256`` (a tampered announcement), that every announced
-    file exists with its hash, and that no file the loader would read is unannounced."""
-    folder = Path(ref.path)
+
+def confined_files(ref: AdapterRef, root: str | Path) -> tuple[Path, dict[str, Path]]:
+    """(folder, {name: resolved path}) of ``ref``, every path checked to lie inside the store ``root``.
+
+    ``AdapterPathError`` when the folder is not inside ``root``, a file name is not a plain name, or a path leads
+    (through a symlink) out of the folder; nothing has been read then. Files need not exist yet: a missing file is
+    the checksum check's to report."""
+    trusted = Path(root).resolve()
+    folder = None if "\0" in ref.path else Path(ref.path).resolve()
+    if folder is None or not folder.is_relative_to(trusted) or folder == trusted:
+        raise AdapterPathError(f"adapter {ref.version}: its folder {ref.path!r} is not inside the adapter store "
+                               f"{trusted} this process reads from; the announcement is corrupt or forged: not reading it")
+    paths: dict[str, Path] = {}
+    for name in sorted(ref.files):
+        if why := _name_problem(name):
+            raise AdapterPathError(f"adapter {ref.version}: the announced file name {name!r} {why}; an adapter's "
+                                   f"files are plain names inside its folder: not reading or writing anything for it")
+        path = (folder / name).resolve()
+        if path.parent != folder:
+            raise AdapterPathError(f"adapter {ref.version}: {folder / name} leads to {path}, outside the adapter "
+                                   f"folder {folder} (a symlink): not reading it")
+        paths[name] = path
+    return folder, paths
+
+
+def _check_digest(ref: AdapterRef) -> None:
     if _digest(ref.files) != ref.sha256:
         raise AdapterChecksumError(f"adapter {ref.version}: the announced file hashes do not add up to its sha256 "
                                    f"{ref.sha256[:12]}; the announcement is corrupt")
+
+
+def verify_adapter(ref: AdapterRef, *, root: str | Path) -> Path:
+    """The adapter folder of ``ref`` once every file matches the announced hashes; ``AdapterChecksumError`` if not.
+
+    Checks that the folder and its files lie inside the store ``root`` (``AdapterPathError``, before anything is
+    read), that the announced file list hashes to ``ref.sha256`` (a tampered announcement), that every announced
+    file exists with its hash, and that no file the loader would read is unannounced."""
+    folder, paths = confined_files(ref, root)
+    _check_digest(ref)
     if not folder.is_dir():
         raise AdapterChecksumError(f"adapter {ref.version}: folder {folder} is missing (pruned or never written)")
     present = {p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST}
@@ -120,7 +170,7 @@ def verify_adapter(ref: AdapterRef) -> Path:
         raise AdapterChecksumError(f"adapter {ref.version}: {folder} holds files the announcement does not list: "
                                    f"{sorted(extra)}")
     for name, expected in sorted(ref.files.items()):
-        path = folder / name
+        path = paths[name]
         if not path.is_file():
             raise AdapterChecksumError(f"adapter {ref.version}: {path} is missing")
         actual = _file_sha256(path)
@@ -232,31 +282,31 @@ class LoadTimes:
     """Injecting the adapter into the loaded base model and switching to it."""
 
 
-def load_verified(backend: Any, ref: AdapterRef, *, unload_others: bool = True) -> LoadTimes:
+def load_verified(backend: Any, ref: AdapterRef, *, root: str | Path, unload_others: bool = True) -> LoadTimes:
     """Load ``ref`` into a ``TransformersBackend`` and make it active, only if its files match the announcement.
 
-    The files are read once into memory, hashed, and the loader reads those same bytes from a private copy, so a
-    file changed between the check and the load cannot slip in. ``AdapterChecksumError`` when they do not match
-    (nothing is loaded); the backend's ``BackendError`` when the adapter does not fit the model. With
-    ``unload_others`` the previously loaded versions are removed from the backend (the base model stays)."""
+    ``root`` is the adapter store this process trusts: a folder or file outside it is refused with
+    ``AdapterPathError`` before anything is read (see the module docstring). The files are read once into memory,
+    hashed, and the loader reads those same bytes from a private copy, so a file changed between the check and the
+    load cannot slip in. ``AdapterChecksumError`` when they do not match (nothing is loaded); the backend's
+    ``BackendError`` when the adapter does not fit the model. With ``unload_others`` the previously loaded versions
+    are removed from the backend (the base model stays)."""
     import tempfile
 
     t0 = time.perf_counter()
-    folder = Path(ref.path)
-    if _digest(ref.files) != ref.sha256:
-        raise AdapterChecksumError(f"adapter {ref.version}: the announced file hashes do not add up to its sha256 "
-                                   f"{ref.sha256[:12]}; the announcement is corrupt")
+    _, paths = confined_files(ref, root)
+    _check_digest(ref)
     blobs: dict[str, bytes] = {}
     for name, expected in sorted(ref.files.items()):
         try:
-            data = (folder / name).read_bytes()
+            data = paths[name].read_bytes()
         except OSError as exc:
-            raise AdapterChecksumError(f"adapter {ref.version}: {folder / name} cannot be read "
+            raise AdapterChecksumError(f"adapter {ref.version}: {paths[name]} cannot be read "
                                        f"({exc.strerror or exc})") from exc
         actual = hashlib.sha256(data).hexdigest()
         if actual != expected:
             raise AdapterChecksumError(
-                f"adapter {ref.version}: {folder / name} has sha256 {actual[:12]}..., the announcement says "
+                f"adapter {ref.version}: {paths[name]} has sha256 {actual[:12]}..., the announcement says "
                 f"{expected[:12]}...; the file is corrupt or was changed after publishing: not loading it")
         blobs[name] = data
     t1 = time.perf_counter()

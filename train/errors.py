@@ -10,8 +10,10 @@
     ├── CheckpointError         a checkpoint that cannot be used: missing, incomplete, or written for another model
     │                           or setup; also a RuntimeError
     ├── AdapterError            an adapter version that cannot be published or used; also a RuntimeError
-    │   └── AdapterChecksumError    its files do not match the announced sha256 (corrupt, truncated,
-    │                               missing)
+    │   ├── AdapterChecksumError    its files do not match the announced sha256 (corrupt, truncated,
+    │   │                           missing)
+    │   └── AdapterPathError        its announcement names a folder outside the trusted store or a file name
+    │                               that is not a plain name (``..``, a separator, NUL): nothing is read
     └── TransportError          a message that cannot be encoded, decoded or sent; also a RuntimeError
         └── TransportClosed     the transport was closed (the session is ending)
 
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from envs.grounding import RejectKind
 
-__all__ = ["AdapterChecksumError", "AdapterError", "BadItem", "BadRow", "CheckpointError", "PromptSourceError",
-           "TrainError", "TransportClosed", "TransportError", "UnknownReward"]
+__all__ = ["AdapterChecksumError", "AdapterError", "AdapterPathError", "BadItem", "BadRow", "CheckpointError",
+           "PromptSourceError", "TrainError", "TransportClosed", "TransportError", "UnknownReward"]
 
 
 class TrainError(Exception):
@@ -64,6 +66,10 @@ class AdapterError(TrainError, RuntimeError):
 
 class AdapterChecksumError(AdapterError):
     """A published adapter whose files do not match its announced digest: never load it."""
+
+
+class AdapterPathError(AdapterError):
+    """An adapter announcement that points outside the store its reader trusts: never read or written."""
 
 
 class TransportError(TrainError, RuntimeError):

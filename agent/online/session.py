@@ -323,7 +323,7 @@ class OnlineSession:
         if self.resume:  # the curve goes on from where the earlier sessions of this run left it
             self._offset_s, self._episode_offset = _previous(self.run_dir / "online.jsonl")
         self._save_session()
-        self.follower = AdapterFollower(self.backend, self.transport, self.clock)
+        self.follower = AdapterFollower(self.backend, self.transport, self.clock, root=self.run_dir / "adapters")
         self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
         n = self.config.rl.group_size
         self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level, n=n,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.adapters import AdapterChecksumError, AdapterRef, load_verified
+from train.adapters import AdapterError, AdapterRef, load_verified
 from train.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -83,10 +83,12 @@ class VersionClock:
 
 class AdapterFollower:
     """Keeps the actors' backend on the newest announced adapter: checks each version's bytes, loads it between
-    two steps (one load at a time), and refuses a version whose files do not match its sha256."""
+    two steps (one load at a time), and refuses a version whose files do not match its sha256 or whose
+    announcement points outside ``root``, the adapter store of this run (the only folder it reads adapters from)."""
 
-    def __init__(self, backend: Any, transport: Transport, clock: VersionClock) -> None:
+    def __init__(self, backend: Any, transport: Transport, clock: VersionClock, *, root: Path) -> None:
         self.backend, self.transport, self.clock = backend, transport, clock
+        self.root = root
         self.current: AdapterRef | None = None
         self.refused: dict[str, str] = {}
         """"<step>:<sha256>" -> why, for versions that failed the check (never retried)."""
@@ -121,8 +123,8 @@ class AdapterFollower:
         ref = self._wanted()
         while ref is not None:
             try:
-                times = await asyncio.to_thread(load_verified, self.backend, ref)
-            except AdapterChecksumError as exc:
+                times = await asyncio.to_thread(load_verified, self.backend, ref, root=self.root)
+            except AdapterError as exc:  # a checksum mismatch or a path outside the store: refused, never retried
                 newer = self.transport.policy()
                 if newer is not None and newer.sha256 != ref.sha256:
                     log.info("adapter %s was superseded while loading (%s); loading %s", ref.version, exc,

@@ -29,7 +29,7 @@ def test_a_load_outlives_a_cancelled_caller_and_is_never_repeated(tmp_path, monk
     loaded: list[str] = []
     lock = threading.Lock()
 
-    def slow_load(backend, ref):  # stands in for load_verified on a real backend: refuses a version twice
+    def slow_load(backend, ref, *, root):  # stands in for load_verified on a real backend: refuses a version twice
         time.sleep(0.3)
         with lock:
             if ref.version in loaded:
@@ -40,7 +40,7 @@ def test_a_load_outlives_a_cancelled_caller_and_is_never_repeated(tmp_path, monk
     monkeypatch.setattr(versions, "load_verified", slow_load)
     ref = AdapterRef("learner@4", 4, str(tmp_path / "v4"), "ab" * 32)
     transport = _Announcing(ref)
-    follower = AdapterFollower(object(), transport, VersionClock(tmp_path / "adapters.jsonl"))
+    follower = AdapterFollower(object(), transport, VersionClock(tmp_path / "adapters.jsonl"), root=tmp_path)
 
     async def main():
         first = asyncio.create_task(follower.sync())
@@ -57,3 +57,32 @@ def test_a_load_outlives_a_cancelled_caller_and_is_never_repeated(tmp_path, monk
 
     asyncio.run(main())
     assert loaded == ["learner@4", "learner@6"] and follower.current.version == "learner@6"
+
+
+def test_an_announcement_pointing_outside_the_store_is_refused_and_counted(tmp_path, caplog):
+    """Through the real ``load_verified``: a version whose file name climbs out of its folder is refused like a
+    corrupt one (logged, recorded in ``refused``, never retried) and the actors keep the version they have."""
+    import hashlib
+
+    store = tmp_path / "adapters"
+    (store / "v000005").mkdir(parents=True)
+    (tmp_path / "secret").write_bytes(b"s")
+    files = {"../../secret": hashlib.sha256(b"s").hexdigest()}
+    digest = hashlib.sha256("".join(f"{n} {files[n]}\n" for n in files).encode()).hexdigest()
+    bad = AdapterRef("learner@5", 5, str(store / "v000005"), digest, files)
+
+    class Backend:
+        def load_adapter(self, path, version):
+            raise AssertionError("a refused version reached the backend")
+
+    follower = AdapterFollower(Backend(), _Announcing(bad), VersionClock(tmp_path / "adapters.jsonl"), root=store)
+
+    async def main():
+        await follower.sync()
+        await follower.sync()  # asked again between the next steps: not retried
+
+    with caplog.at_level("ERROR", logger="agent.online.versions"):
+        asyncio.run(main())
+    assert follower.current is None and list(follower.refused) == [f"5:{digest}"]
+    assert "plain names" in follower.refused[f"5:{digest}"]
+    assert [r.getMessage() for r in caplog.records if "refused adapter learner@5" in r.getMessage()]

@@ -217,7 +217,7 @@ def test_a_corrupt_adapter_version_is_refused_and_the_actors_keep_the_last_good_
     learner = Learner(TransformersBackend(model, preset=preset), lora_targets=("q_proj", "v_proj"))
     actors = TransformersBackend(model, preset=preset)
     store, transport = AdapterStore(tmp_path / "adapters"), InProcessTransport()
-    follower = AdapterFollower(actors, transport, VersionClock(tmp_path / "adapters.jsonl"))
+    follower = AdapterFollower(actors, transport, VersionClock(tmp_path / "adapters.jsonl"), root=store.root)
 
     async def go():
         transport.announce(store.publish(learner))
