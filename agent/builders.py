@@ -106,22 +106,29 @@ def build_device(cfg: Config, url: str) -> Device:
     return PlaywrightDevice(cfg.web, cfg.settle, url=url)
 
 
-def build_guard(cfg: Config, confirm: Callable[[Action], bool] | None = None) -> Guard:
-    """The guard ``cfg.guard`` describes: action kinds refused outright (``refuse``), kinds that need a yes from
-    ``confirm`` (``confirm``; without a ``confirm`` callable they are refused, since nobody is there to say yes), and
-    regions of the screen never to act in (``forbidden_regions``). Nothing configured: everything is allowed.
+def build_guard(cfg: Config) -> Guard:
+    """The guard of ``agent run``, safe by default (agent/guard.py): ``open_url`` only to ``guard.allow_schemes``
+    (and ``guard.allow_domains`` when set), ``open_app`` only to ``guard.allow_packages`` when set, the kinds
+    ``guard.refuse`` refuses and ``guard.confirm`` asks about, the ``forbidden_regions``, and a yes before
+    irreversible-looking targets (``guard.irreversible``) and closing hotkeys (``guard.closing_hotkeys``).
 
-    ``confirm`` is the caller's: the command line passes a terminal prompt when stdin is a terminal.
+    Asking is the runner's job (it puts the question to the person, ``agent.person``); with nobody there, what needs
+    a yes is refused. ``agent eval`` and online sessions use no guard: their environments are sandboxes.
     """
-    from agent.guard import AllowAll, GuardChain, KindGuard, RegionGuard
+    from agent.guard import (IRREVERSIBLE_WORDS, GuardChain, HotkeyGuard, IrreversibleGuard, KindGuard,
+                             PackageGuard, RegionGuard, UrlGuard)
     from devices.actions import ActionKind
 
-    guards: list[Any] = []
-    if cfg.guard.refuse or cfg.guard.confirm:
-        guards.append(KindGuard(frozenset(ActionKind(k) for k in cfg.guard.refuse),
-                                frozenset(ActionKind(k) for k in cfg.guard.confirm), confirm))
-    if cfg.guard.forbidden_regions:
-        guards.append(RegionGuard(cfg.guard.forbidden_regions))
-    if not guards:
-        return AllowAll()
-    return guards[0] if len(guards) == 1 else GuardChain(guards)
+    g = cfg.guard
+    guards: list[Any] = [UrlGuard(tuple(s.lower() for s in g.allow_schemes), tuple(d.lower() for d in g.allow_domains))]
+    if g.allow_packages:
+        guards.append(PackageGuard(tuple(g.allow_packages)))
+    if g.refuse or g.confirm:
+        guards.append(KindGuard(frozenset(ActionKind(k) for k in g.refuse), frozenset(ActionKind(k) for k in g.confirm)))
+    if g.forbidden_regions:
+        guards.append(RegionGuard(g.forbidden_regions))
+    if g.irreversible:
+        guards.append(IrreversibleGuard((*IRREVERSIBLE_WORDS, *g.irreversible_words)))
+    if g.closing_hotkeys:
+        guards.append(HotkeyGuard())
+    return GuardChain(guards)

@@ -129,7 +129,24 @@ class GuardConfig:
     confirm: tuple[str, ...] = ()
     """Action kinds that need a yes on the terminal first; refused when there is no terminal."""
     forbidden_regions: tuple[tuple[float, ...], ...] = ()
-    """Screen regions never touched: [[x1, y1, x2, y2], ...] in normalized frame coordinates."""
+    """Screen regions never touched: [[x1, y1, x2, y2], ...] in normalized frame coordinates (typing and keys too,
+    while the focused element lies in one)."""
+    allow_schemes: tuple[str, ...] = ("http", "https")
+    """URL schemes open_url may open; file://, chrome:// and other local schemes are refused unless listed."""
+    allow_domains: tuple[str, ...] = ()
+    """Web: the only domains open_url may open and actions may happen on (subdomains included); empty = every
+    domain."""
+    allow_packages: tuple[str, ...] = ()
+    """Android: the only apps open_app may open and actions may happen in; empty = every app."""
+    irreversible: bool = True
+    """Ask before an action whose target reads as irreversible (pay, buy, delete, send, post, uninstall, reset,
+    transfer, ... and Chinese equivalents); refused when nobody can answer."""
+    irreversible_words: tuple[str, ...] = ()
+    """More words that mark a target as irreversible, added to the built-in list."""
+    closing_hotkeys: bool = True
+    """Ask before hotkeys that close a window, tab, the browser or the session (Alt+F4, Ctrl+W, ...)."""
+    assume_yes: bool = False
+    """Say yes to every confirmation without asking (agent run --yes)."""
 
     def __post_init__(self) -> None:
         from agent.guard import RegionGuard
@@ -142,6 +159,12 @@ class GuardConfig:
                 close = difflib.get_close_matches(name, sorted(valid), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"{name!r} is not an action kind{hint}")
+        for scheme in self.allow_schemes:
+            if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+                raise ValueError(f"allow_schemes: {scheme!r} is not a URL scheme (write it without '://', e.g. https)")
+        for domain in self.allow_domains:
+            if "/" in domain or ":" in domain or not domain.strip("."):
+                raise ValueError(f"allow_domains: {domain!r} is not a domain (write example.com, not a URL)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +370,8 @@ SECTION_DOCS = {
     "policy": "Who decides the next action.",
     "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",
     "model": "The vision-language model: its id picks a preset (family, pixel budget, coordinates, decoding).",
-    "guard": "Checks between decide and act. The default allows everything.",
+    "guard": ("Checks between decide and act (agent run; eval and online sessions run in sandboxes without one). "
+              "Safe by default: local URL schemes refused, irreversible actions and closing hotkeys need a yes."),
     "record": "Trajectories on disk: runs/<run_id>/<episode_id>/{episode.json, steps.jsonl, frames/}.",
 }
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.guard import GuardDecision
+from agent.guard import GuardDecision, GuardVerdict
+from agent.person import Person
 from agent.secrets import MASK, PLACEHOLDER, Secrets
-from devices.actions import TERMINAL_KINDS, Action, ActionKind
+from devices.actions import RUNNER_KINDS, TERMINAL_KINDS, Action, ActionKind
 from devices.base import Observation
 from envs.base import StepEffect, StepVerdict
 from envs.records import EpisodeRecord, Outcome, StepRecord, json_safe
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 KEEP_FRAMES = 8
 """Past observations kept in the history handed to the policy (families show at most 5 screenshots)."""
 
-PHASES = ("reset", "observe", "decide", "verify", "guard", "act", "settle", "check", "step", "record")
+PHASES = ("reset", "observe", "decide", "verify", "guard", "ask", "act", "settle", "check", "step", "record")
 """Phases of an episode, timed per step and in total: ``step`` is what ``env.step`` spent beyond the
 phases it reported itself (``act``, ``settle``, ``observe``; see ``envs.base.StepEffect``)."""
 
@@ -40,6 +41,8 @@ class RunOptions:
     max_parse_retries: int = 3
     """Decisions in a row that cannot be executed (no parse, a kind the device lacks, refused by the
     guard) before the episode is aborted."""
+    assume_yes: bool = False
+    """Say yes to every action the guard wants confirmed, without asking (``agent run --yes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,19 +115,22 @@ class EpisodeBook:
         self._decision: Decision | None = None
         self._started_at = 0.0
         self._supported: frozenset[ActionKind] | None = None
+        self.device: Any = None
+        """The environment's device, once reset (None when it has none it shows)."""
 
     # -- the start ------------------------------------------------------------------------------------------------
     def start(self, info: dict[str, Any], seed: int | None, policy: Policy) -> str:
         """After reset: the episode's record gets its task, environment, device and policy; returns the task."""
         self.seed = seed
         task = str(info.get("instruction", ""))
-        device = _env_device(self.env)
-        self._supported = getattr(device, "supported_actions", None)
+        self.device = _env_device(self.env)
+        self._supported = getattr(self.device, "supported_actions", None)
         env_fields = {"name": getattr(self.env, "name", type(self.env).__name__), "seed": seed}
         if getattr(self.env, "max_steps", None) is not None:
             env_fields["max_steps"] = self.env.max_steps
-        self.writer.update(task=task, policy=_describe(policy), device=_describe(device) if device else {},
-                           env={**env_fields, **jsonable({k: v for k, v in info.items() if k != "instruction"})})
+        self.writer.update(**self.secrets.redact_value({
+            "task": task, "policy": _describe(policy), "device": _describe(self.device) if self.device else {},
+            "env": {**env_fields, **jsonable({k: v for k, v in info.items() if k != "instruction"})}}))
         return task
 
     def begin_step(self, obs: Observation) -> None:
@@ -156,7 +162,7 @@ class EpisodeBook:
         action = decision.action
         if action is None:
             return "PolicyParseError", f"output did not parse: {decision.parse_error}", False
-        if action.kind not in TERMINAL_KINDS and self._supported is not None and action.kind not in self._supported:
+        if action.kind not in RUNNER_KINDS and self._supported is not None and action.kind not in self._supported:
             name = getattr(_env_device(self.env), "name", "this")
             return "UnsupportedAction", f"{name} device cannot {action.kind.value}", True
         return None
@@ -189,6 +195,39 @@ class EpisodeBook:
     @staticmethod
     def add_guard(step: StepRecord, checked: GuardDecision) -> StepRecord:
         return replace(step, guard={"verdict": checked.verdict.value, "reason": checked.reason})
+
+    async def settle_guard(self, checking: Awaitable[GuardDecision], person: Person | None) -> GuardDecision:
+        """The guard's decision, with a request for a yes settled: by ``assume_yes``, by the person, or refused
+        when nobody is there to ask."""
+        decision = await checking
+        if decision.verdict is not GuardVerdict.CONFIRM:
+            return decision
+        if self.options.assume_yes:
+            return GuardDecision(GuardVerdict.ALLOW, f"{decision.reason}: allowed by --yes (agent.assume_yes)")
+        if person is None:
+            return GuardDecision(GuardVerdict.REFUSE, f"{decision.reason}; it needs a yes and nobody is there to "
+                                                      "ask (run on a terminal, or pass --yes)")
+        if await person.confirm(self.secrets.redact(decision.reason)):
+            return GuardDecision(GuardVerdict.ALLOW, f"{decision.reason}: confirmed by the user")
+        return GuardDecision(GuardVerdict.REFUSE, f"{decision.reason}: the user said no")
+
+    async def asked(self, step: StepRecord, obs: Observation, action: Action, person: Person | None) -> None:
+        """``ask_user``: the question goes to the person and the answer to the policy's history; with nobody to
+        ask, the episode ends as infeasible."""
+        question = action.text or ""
+        self.rejected = 0
+        if person is None:
+            await self.record(replace(step, ended_at=time.time(), info={**step.info, "asked": question}))
+            self.outcome = Outcome.INFEASIBLE
+            self.finish_fields["reason"] = {"type": "AskedUser", "message": f"the agent asked {question!r} and "
+                                                                            "nobody is there to answer"}
+            return
+        answer = await self.clock.timed("ask", person.answer(self.secrets.redact(question)))
+        await self.record(replace(step, executed=True, ended_at=time.time(),
+                                  info={**step.info, "asked": question, "answer": answer}))
+        raw = self._decision.raw_output if self._decision is not None else step.raw_output
+        self._remember(HistoryEntry(action, raw, executed=True, note=f"the user answered: {answer}",
+                                    observation=obs))
 
     # -- executed steps -------------------------------------------------------------------------------------------
     async def stepped(self, step: StepRecord, obs: Observation, action: Action,
@@ -263,11 +302,12 @@ class EpisodeBook:
         self.clock.add("record", time.perf_counter() - t0)
         latency = {k: round(v, 6) for k, v in self.clock.step.items()}
         t0 = time.perf_counter()
-        self.writer.write_step(replace(step, frame_path=frame_path, latency=latency))
+        step = self.secrets.redact_value(replace(step, frame_path=frame_path, latency=latency))
+        self.writer.write_step(step)
         self.clock.totals["record"] = self.clock.totals.get("record", 0.0) + time.perf_counter() - t0
         self.step_latency.append(latency)
         if self.on_step is not None:
-            self.on_step(replace(step, frame_path=frame_path, latency=latency))
+            self.on_step(step)
 
     def _remember(self, entry: HistoryEntry) -> None:
         self.history.append(entry)
@@ -296,7 +336,7 @@ class EpisodeBook:
         rewarded = getattr(self.env, "rewarded", True)
         record: EpisodeRecord = self.writer.finish(
             self.outcome or Outcome.ABORTED, timings={k: round(v, 6) for k, v in self.clock.totals.items()},
-            return_=self.total if rewarded else None, **self.finish_fields)
+            return_=self.total if rewarded else None, **self.secrets.redact_value(self.finish_fields))
         return EpisodeResult(record.env.get("name", "") if record.env else "", self.seed, record, self.writer.path,
                              tuple(self.step_latency), self.error)
 

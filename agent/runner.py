@@ -11,9 +11,14 @@ one order. A step:
 2. **reject** what cannot be executed (an output that did not parse, a kind the device lacks): the
    step is recorded, the policy is told and tries again;
 3. **verify**: where the environment judges steps, it scores the action and the other candidates;
-4. **guard**: a refused action is recorded like a rejection;
+4. **guard**: a refused action is recorded like a rejection; one the guard wants confirmed is put to
+   the person (``agent.person``), and refused when nobody is there or the answer is no;
 5. **step**: the environment performs the action (secrets substituted just before) and settles;
-6. **record**: one line in steps.jsonl; then the next screen.
+6. **record**: one line in steps.jsonl, every secret value in it redacted; then the next screen.
+
+``ask_user`` never reaches the environment: the question goes to the person, whose answer the
+policy reads in its history; with nobody to ask, the episode ends as infeasible (the agent could not
+go on alone).
 
 Budget and limits: the step budget is the environment's ``TimeLimit`` (``envs.wrappers``): every
 ``env.step`` counts, decisions that never reach it do not. Decisions that cannot be executed
@@ -39,10 +44,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from agent.episode import EpisodeBook, EpisodeResult, RunOptions
 from agent.errors import AgentError
 from agent.guard import AllowAll, Guard, GuardVerdict
-from agent.episode import EpisodeBook, EpisodeResult, RunOptions
+from agent.person import Person
+from agent.probe import Probe
 from agent.secrets import Secrets
+from devices.actions import ActionKind
 from devices.errors import DeviceError, UnsupportedAction
 from envs.errors import EnvError
 from envs.records import StepRecord
@@ -67,8 +75,12 @@ async def run_episode(
     secrets: Secrets | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     stop: asyncio.Event | None = None,
+    person: Person | None = None,
+    ocr: Any = None,
 ) -> EpisodeResult:
-    """Reset ``env`` with ``seed`` and run one episode of ``policy`` on it (see the module docstring)."""
+    """Reset ``env`` with ``seed`` and run one episode of ``policy`` on it (see the module docstring). ``person``
+    confirms risky actions and answers ``ask_user`` (None: nobody is there); ``ocr`` reads the text at a point for
+    the guard on devices that cannot tell it themselves."""
     book = EpisodeBook(env, writer, options or RunOptions(), secrets or Secrets(), on_step)
     guard = guard or AllowAll()
     try:
@@ -86,9 +98,13 @@ async def run_episode(
                 continue
             action = decision.action
             assert action is not None  # unexecutable() said why otherwise
+            if action.kind is ActionKind.ASK_USER:
+                await book.asked(step, obs, action, person)
+                continue
             verdicts = await book.clock.timed("verify", env.verify([action, *decision.candidates]))
             step = book.add_verdicts(step, verdicts)
-            checked = book.clock.timed_call("guard", guard.check, action, obs)
+            probe = Probe(book.device, obs, ocr)
+            checked = await book.clock.timed("guard", book.settle_guard(guard.check(action, probe), person))
             step = book.add_guard(step, checked)
             if checked.verdict is not GuardVerdict.ALLOW:
                 await book.reject(step, obs, "GuardRefusal", f"refused: {checked.reason}", False)

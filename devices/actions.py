@@ -32,6 +32,7 @@ class ActionKind(str, Enum):
     BACK = "back"
     HOME = "home"
     WAIT = "wait"
+    ASK_USER = "ask_user"
     FINISH = "finish"
     INFEASIBLE = "infeasible"
 
@@ -45,6 +46,8 @@ class ScrollDirection(str, Enum):
 
 #: kinds that end an episode instead of touching the device
 TERMINAL_KINDS = frozenset({ActionKind.FINISH, ActionKind.INFEASIBLE})
+#: kinds the episode runner handles itself: they never reach a device
+RUNNER_KINDS = TERMINAL_KINDS | {ActionKind.ASK_USER}
 #: kinds whose ``point`` is required
 POINTED_KINDS = frozenset(
     {
@@ -57,7 +60,8 @@ POINTED_KINDS = frozenset(
     }
 )
 #: kinds whose ``text`` is required
-TEXT_KINDS = frozenset({ActionKind.TYPE, ActionKind.OPEN_APP, ActionKind.OPEN_URL, ActionKind.INFEASIBLE})
+TEXT_KINDS = frozenset({ActionKind.TYPE, ActionKind.OPEN_APP, ActionKind.OPEN_URL, ActionKind.INFEASIBLE,
+                        ActionKind.ASK_USER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,12 @@ class Action:
     - open_app: ``text`` (app name or package); open_url: ``text`` (the URL)
     - back, home: nothing
     - wait: ``duration_s`` (default 1.0)
+    - ask_user: ``text`` (the question): control goes back to the person, who answers (never a device action)
     - finish: optional ``text`` (the answer); infeasible: ``text`` (the reason)
+
+    ``mask`` is not part of the action space a policy writes (``to_dict`` leaves it out, ``from_dict``
+    refuses it): the runner sets it when it substituted a secret into ``text``, and a device then
+    keeps the field the text went into masked in every later frame it can.
     """
 
     kind: ActionKind
@@ -115,6 +124,7 @@ class Action:
     direction: ScrollDirection | None = None
     amount: float | None = None
     duration_s: float | None = None
+    mask: bool = False
 
     def __post_init__(self) -> None:
         try:

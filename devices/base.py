@@ -101,6 +101,30 @@ class ActionResult:
     sensitive: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ElementInfo:
+    """What a device can tell about one element on its screen (for the guard and the recorder)."""
+
+    text: str
+    """Its visible text or accessible name; never a password field's value."""
+    box: Box | None = None
+    """Normalized to the frame."""
+    role: str = ""
+    """Tag (web) or class (Android)."""
+    password: bool = False
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """A device that can tell which element lies under a point and which one has the keyboard focus (web: the DOM;
+    Android: the UI hierarchy, one ``uiautomator dump`` per question). Devices that cannot (the X11 desktop without
+    an accessibility tree) do not implement it."""
+
+    async def element_at(self, point: Any) -> ElementInfo | None: ...
+
+    async def focused_element(self) -> ElementInfo | None: ...
+
+
 @runtime_checkable
 class Device(Protocol):
     """An async screen: observe it, act on it, wait for it to settle.

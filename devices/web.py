@@ -33,8 +33,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from devices.actions import Action, ActionKind, ScrollDirection
-from devices.base import ActionResult, AsyncContextDevice, Box, Observation
+from devices.actions import Action, ActionKind, Point, ScrollDirection
+from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation
 from devices.browser import find_browser, has_cjk_font
 from devices.errors import (
     DeviceDisconnected,
@@ -48,6 +48,8 @@ from devices.errors import (
 from devices.frames import decode, small_gray
 from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
+from devices.web_scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
+                                  VIEW_JS)
 
 log = logging.getLogger(__name__)
 
@@ -90,39 +92,6 @@ _NAVIGATION_RETRIES = 5
 #: how far inside the viewport's far edge a point at x or y = 1 is sent (input) or looked up (DOM)
 _INPUT_EDGE_PX = 1 / 32
 _LOOKUP_EDGE_PX = 0.5 + 1 / 64
-
-# One round trip gathers everything an observation needs besides the pixels.
-_VIEW_JS = """() => {
-  const v = window.visualViewport;
-  const pw = [];
-  for (const el of document.querySelectorAll('input[type=password]')) {
-    const b = el.getBoundingClientRect();
-    if (b.width > 0 && b.height > 0) pw.push([b.left, b.top, b.right, b.bottom]);
-  }
-  return {ox: v.offsetLeft, oy: v.offsetTop, w: v.width, h: v.height, scale: v.scale,
-          px: v.pageLeft, py: v.pageTop, dpr: window.devicePixelRatio, sx: window.scrollX,
-          sy: window.scrollY, url: location.href, title: document.title, pw: pw};
-}"""
-
-_ELEMENT_JS = """([x, y]) => {
-  const el = document.elementFromPoint(x, y);
-  if (!el) return null;
-  const b = el.getBoundingClientRect();
-  return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
-          // never a password field's value: target text is stored in trajectories
-          text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
-                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
-          box: [b.left, b.top, b.right, b.bottom]};
-}"""
-
-_TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
-
-_FOCUS_IS_PASSWORD_JS = """() => {
-  let a = document.activeElement;
-  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
-  return !!a && a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
-}"""
-
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:
@@ -358,7 +327,7 @@ class PlaywrightDevice(AsyncContextDevice):
         return await self._call("evaluate JavaScript", self.page.evaluate(expression, arg))
 
     async def _read_view(self) -> dict[str, Any]:
-        view = await self._evaluate_readonly("read the viewport", _VIEW_JS)
+        view = await self._evaluate_readonly("read the viewport", VIEW_JS)
         self._view = view
         return view
 
@@ -454,6 +423,25 @@ class PlaywrightDevice(AsyncContextDevice):
             view["oy"] + min(y * view["h"], view["h"] - _LOOKUP_EDGE_PX),
         )
 
+    async def element_at(self, point: Point) -> ElementInfo | None:
+        """The DOM element under a normalized frame point: its text (never a password's value), tag and box."""
+        view = self._view or await self._read_view()
+        cx, cy = self.to_css(point.x, point.y, view)
+        found = await self._evaluate_readonly("find the element under the point", ELEMENT_JS, [cx, cy])
+        if not isinstance(found, dict):
+            return None
+        return ElementInfo(text=str(found.get("text") or ""), box=self._css_box_to_frame(found["box"], view),
+                           role=str(found.get("tag") or ""))
+
+    async def focused_element(self) -> ElementInfo | None:
+        """The element holding the keyboard focus (inside shadow roots too), or None when it is the page itself."""
+        view = self._view or await self._read_view()
+        found = await self._evaluate_readonly("find the focused element", FOCUSED_JS)
+        if not isinstance(found, dict):
+            return None
+        return ElementInfo(text=str(found.get("text") or ""), box=self._css_box_to_frame(found["box"], view),
+                           role=str(found.get("tag") or ""), password=bool(found.get("password")))
+
     async def act(self, action: Action) -> ActionResult:
         self._fresh = None
         kind = action.kind
@@ -473,7 +461,7 @@ class PlaywrightDevice(AsyncContextDevice):
         if action.point is not None:
             px, py = self.to_visual(action.point.x, action.point.y, view)
             cx, cy = self.to_css(action.point.x, action.point.y, view)
-            target = await self._evaluate_readonly("find the element under the point", _ELEMENT_JS, [cx, cy])
+            target = await self._evaluate_readonly("find the element under the point", ELEMENT_JS, [cx, cy])
             if target is not None:
                 target_box = self._css_box_to_frame(target.pop("box"), view)
         detail = ""
@@ -501,12 +489,14 @@ class PlaywrightDevice(AsyncContextDevice):
             await self._call("move the mouse", mouse.move(mx, my))
             await self._call("scroll", mouse.wheel(dx, dy))
             # The wheel returns before the page scrolled; two animation frames later it has.
-            await self._evaluate_readonly("wait for the scroll", _TWO_FRAMES_JS)
+            await self._evaluate_readonly("wait for the scroll", TWO_FRAMES_JS)
         elif kind is ActionKind.TYPE:
             if action.point is not None:
                 await self._call("click before typing", mouse.click(px, py))
-            sensitive = bool(await self._evaluate_readonly("check the focused field", _FOCUS_IS_PASSWORD_JS))
+            sensitive = bool(await self._evaluate_readonly("check the focused field", FOCUS_IS_PASSWORD_JS))
             await self._call("type", keyboard.type(action.text or ""))
+            if action.mask and not sensitive:
+                await self._evaluate_readonly("mask the field a secret went into", MASK_FOCUSED_JS)
         elif kind is ActionKind.KEY:
             await self._call("press a key", keyboard.press(action.keys[0]))
         elif kind is ActionKind.HOTKEY:

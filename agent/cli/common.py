@@ -12,10 +12,12 @@ import logging
 import platform
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from agent.terminal import plain
 
 EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -123,23 +125,21 @@ def make_console() -> Any:
 
 
 def print_error(message: str) -> int:
-    """Print ``error: message`` and return the exit code for bad input (2)."""
-    make_console().print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    """Print ``error: message`` (as text: messages quote file names, config keys and page text, whose brackets must
+    not read as markup) and return the exit code for bad input (2)."""
+    make_console().print(f"[bold red]error:[/] {plain(message)}", soft_wrap=True)
     return EXIT_USAGE
 
 
-def terminal_confirm() -> Callable[[Any], bool] | None:
-    """Ask yes/no on the terminal before an action the guard wants confirmed; None when stdin is not a terminal
-    (then such actions are refused, since nobody is there to say yes)."""
+def terminal_person() -> Any:
+    """The person at the terminal (``agent.person.TerminalPerson``: confirms risky actions, answers the agent's
+    questions), or None when stdin is not a terminal: then what needs a yes is refused and ``ask_user`` ends the
+    episode, since nobody is there."""
     if not sys.stdin.isatty():
         return None
+    from agent.person import TerminalPerson
 
-    def confirm(action: Any) -> bool:
-        from rich.prompt import Confirm
-
-        return Confirm.ask(f"Allow [bold]{action.describe()}[/]?", default=False)
-
-    return confirm
+    return TerminalPerson()
 
 
 def versions() -> dict[str, str]:

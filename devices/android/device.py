@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from devices.actions import Action, ActionKind
+from devices.actions import Action, ActionKind, Point
 from devices.android.adb import AdbTransport
 from devices.android.commands import input_text_commands, keycode_for, non_ascii, scroll_swipes
 from devices.android.config import AndroidConfig
@@ -34,7 +34,7 @@ from devices.android.replies import (
     parse_raw_screencap,
     parse_ui_dump,
 )
-from devices.base import ActionResult, AsyncContextDevice, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation
 from devices.errors import DeviceError, DeviceUnavailable, InvalidAction, UnsupportedAction
 from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
@@ -87,6 +87,8 @@ class AndroidDevice(AsyncContextDevice):
         self._last_grab: tuple[np.ndarray, bytes | None] | None = None
         self._fresh: tuple[np.ndarray, bytes | None] | None = None
         self._aliases = {name.lower(): target for name, target in self.config.app_aliases}
+        self._masked: set[str] = set()
+        """Fields a secret was typed into (resource id, or bounds when a node has none): masked in later frames."""
 
     # -- life cycle -----------------------------------------------------------------------------
     @property
@@ -206,7 +208,31 @@ class AndroidDevice(AsyncContextDevice):
             "frame_source": source,
             "capture": self._capture_mode,
         }
-        return Observation(frame=frame, meta=meta, encoded=png, encoding="png" if png is not None else None)
+        masked = await self._masked_boxes() if self._masked else ()
+        return Observation(frame=frame, meta=meta, encoded=png, encoding="png" if png is not None else None,
+                           sensitive_boxes=masked)
+
+    async def _masked_boxes(self) -> tuple[Box, ...]:
+        """Boxes of the fields secrets went into, and of password fields, from a fresh UI dump (taken only once a
+        secret was typed: a dump costs 1-3 s on a phone)."""
+        return tuple(e.box for e in await self.ui_elements() if e.password or _field_key(e) in self._masked)
+
+    async def element_at(self, point: Point) -> ElementInfo | None:
+        """The smallest UI node under a normalized frame point that says something (text or description)."""
+        hits = [e for e in await self.ui_elements() if e.box.contains(point.x, point.y) and (e.text or e.content_desc)]
+        if not hits:
+            return None
+        e = min(hits, key=lambda e: (e.box.x2 - e.box.x1) * (e.box.y2 - e.box.y1))
+        return ElementInfo(text="" if e.password else (e.text or e.content_desc), box=e.box, role=e.class_name,
+                           password=e.password)
+
+    async def focused_element(self) -> ElementInfo | None:
+        """The UI node with the input focus, from a UI dump."""
+        e = next((e for e in await self.ui_elements() if e.focused), None)
+        if e is None:
+            return None
+        return ElementInfo(text="" if e.password else (e.text or e.content_desc), box=e.box, role=e.class_name,
+                           password=e.password)
 
     async def grab_small(self) -> np.ndarray:
         """A small gray frame for settling; the full capture is kept for the next observe."""
@@ -286,6 +312,10 @@ class AndroidDevice(AsyncContextDevice):
                 x, y = g.to_input(action.point.x, action.point.y)
                 await run(f"input tap {x:g} {y:g}", "tap before typing")
             detail = await self._type(action.text or "", run)
+            if action.mask:  # a secret: find its field so later frames mask it
+                focused = next((e for e in await self.ui_elements() if e.focused), None)
+                if focused is not None:
+                    self._masked.add(_field_key(focused))
         elif kind is ActionKind.KEY:
             await run(f"input keyevent {keycode_for(action.keys[0])}", f"press {action.keys[0]}")
         elif kind is ActionKind.HOTKEY:
@@ -389,3 +419,7 @@ class AndroidDevice(AsyncContextDevice):
         if len(hits) > 1:
             raise InvalidAction(f"app {label!r} could be any of {', '.join(hits)}; give the package name")
         return hits[0] if hits else None
+
+
+def _field_key(e: UiElement) -> str:
+    return e.resource_id or f"{e.box.as_list()}"

@@ -77,6 +77,7 @@ class UiElement:
     package: str
     clickable: bool
     password: bool
+    focused: bool = False
 
 
 def parse_raw_screencap(data: bytes) -> np.ndarray:
@@ -195,6 +196,7 @@ def parse_ui_dump(xml_text: str, size: tuple[int, int]) -> list[UiElement]:
                 package=node.get("package", ""),
                 clickable=node.get("clickable") == "true",
                 password=node.get("password") == "true",
+                focused=node.get("focused") == "true",
             )
         )
     return out

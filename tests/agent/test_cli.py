@@ -312,17 +312,3 @@ def test_grounding_eval_closes_the_model_backend(tmp_path, monkeypatch):
                  "openai:http://127.0.0.1:9", "--model", "m", "--runs-dir", str(tmp_path / "runs")])
     assert code == 0
     assert policy.backend.closed == 1
-
-
-def test_the_guard_asks_whom_the_caller_names():
-    from agent.builders import build_guard
-    from agent.config import load_config
-    from agent.guard import AllowAll, KindGuard
-
-    def yes(action):
-        return True
-
-    cfg = load_config(None, ['guard.confirm=["type"]'])
-    assert isinstance(build_guard(cfg, yes), KindGuard) and build_guard(cfg, yes).confirm is yes
-    assert build_guard(cfg).confirm is None  # no terminal: actions that need a yes are refused
-    assert isinstance(build_guard(load_config(None, [])), AllowAll)

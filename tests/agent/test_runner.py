@@ -324,3 +324,126 @@ def test_the_record_names_the_environment_device_policy_and_phases(tmp_path, pag
     assert {"decide", "verify", "guard", "act", "settle", "observe", "step", "record"} <= set(click.latency)
     assert click.info["env_reward"] == 0.0 and click.info["terminated"] is False and click.settled is True
     assert record.timings["reset"] > 0 and set(record.timings) >= {"act", "settle", "observe", "decide"}
+
+
+# -- the safe defaults: the person, secrets everywhere ---------------------------------------------------------------
+PAY_HTML = """<!doctype html><html><body style="margin:0">
+<button id="pay" style="position:absolute;left:100px;top:100px;width:200px;height:60px">Pay now</button>
+<button id="look" style="position:absolute;left:500px;top:100px;width:200px;height:60px">Look around</button>
+<script>window.handeye = {clicks: []};
+for (const b of document.querySelectorAll('button')) b.addEventListener('click', () => {
+  window.handeye.clicks.push(b.id); document.body.dataset.clicked = b.id; });</script></body></html>"""
+
+
+@pytest.fixture
+def pay_url(site, pages_dir: Path) -> str:
+    (pages_dir / "pay.html").write_text(PAY_HTML)
+    return site.url("pay.html")
+
+
+def _clicks(tmp_path, url, **kwargs):
+    from agent.builders import build_guard
+    from agent.config import load_config
+
+    script = [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)]  # OK's place on this page is "Pay now"
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+    guard = build_guard(load_config(None, []))
+
+    async def main():
+        env = _env(_device(url))
+        try:
+            await run_episode(env, ScriptedPolicy(script), writer, guard=guard, **kwargs)
+            return await env.device.evaluate("() => window.handeye.clicks")
+        finally:
+            await env.close()
+
+    clicks = asyncio.run(main())
+    return clicks, read_episode(writer.path)
+
+
+def test_an_irreversible_click_is_refused_with_nobody_to_ask(tmp_path, pay_url):
+    clicks, episode = _clicks(tmp_path, pay_url)
+    assert clicks == []
+    guard = episode.steps[0].guard
+    assert guard["verdict"] == "refuse" and "'Pay now'" in guard["reason"] and "nobody is there" in guard["reason"]
+
+
+def test_the_person_says_yes_or_no_and_yes_flag_says_yes(tmp_path, pay_url):
+    from agent.person import CallbackPerson
+
+    asked: list[str] = []
+
+    def no(question):
+        asked.append(question)
+        return False
+
+    clicks, episode = _clicks(tmp_path, pay_url, person=CallbackPerson(confirm=no))
+    assert clicks == [] and "may not be undone" in asked[0] and episode.steps[0].guard["reason"].endswith("said no")
+    clicks, episode = _clicks(tmp_path, pay_url, person=CallbackPerson(confirm=lambda q: True))
+    assert clicks == ["pay"] and episode.steps[0].guard["reason"].endswith("confirmed by the user")
+    clicks, episode = _clicks(tmp_path, pay_url, options=RunOptions(assume_yes=True))
+    assert clicks == ["pay"] and "--yes" in episode.steps[0].guard["reason"]
+
+
+def test_ask_user_hands_control_to_the_person(tmp_path, page_url):
+    from agent.person import CallbackPerson
+
+    class Asking(ScriptedPolicy):
+        async def decide(self, task, history, observation, n=1):
+            if self.position == 1:  # after the question: the answer is in the history
+                assert history[-1].note == "the user answered: the OK one"
+            return await super().decide(task, history, observation, n)
+
+    script = [Action(ActionKind.ASK_USER, text="Which button?"), Action(ActionKind.CLICK, OK),
+              Action(ActionKind.FINISH)]
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+    person = CallbackPerson(answer=lambda q: "the OK one")
+    record = asyncio.run(_episode(_env(_device(page_url), checker=OK_TASK.check), Asking(script), writer,
+                                  person=person))
+    assert record.outcome is Outcome.SUCCESS
+    asked = read_episode(writer.path).steps[0]
+    assert asked.action["kind"] == "ask_user" and asked.info["asked"] == "Which button?"
+    assert asked.info["answer"] == "the OK one" and asked.executed
+    # with nobody to answer, the agent cannot go on alone
+    record, episode = _run(tmp_path, page_url, script)
+    assert record.outcome is Outcome.INFEASIBLE and record.reason["type"] == "AskedUser" and len(episode.steps) == 1
+
+
+def test_a_secret_never_leaves_memory_in_clear(tmp_path, page_url):
+    # The model writes the value itself (thought, output, candidates), types it into a plain field through the
+    # placeholder, and clicks that field (its text is the target's): every record, every frame after the typing
+    # and every line the console got keep it out.
+    secret = "hunter2-secret"
+    secrets = Secrets({"pw": "env:TEST_PW"}, environ={"TEST_PW": secret})
+    name = Point(250 / 800, 420 / 600)
+    leaky = f'{{"kind": "click", "point": [{OK.x}, {OK.y}]}} because the password is {secret}'
+    script = [Action(ActionKind.TYPE, name, text="{{secret:pw}}"), Action(ActionKind.CLICK, name),
+              f'{{"kind": "teleport", "where": "{secret}"}}', Action(ActionKind.FINISH, text=f"typed {secret}")]
+    seen: list[str] = []
+    run = RunWriter(tmp_path / "runs", config={})
+    writer = run.episode(task="t")
+
+    class Leaky(ScriptedPolicy):
+        async def decide(self, task, history, observation, n=1):
+            d = await super().decide(task, history, observation, n)
+            from dataclasses import replace
+            return replace(d, info={"thought": leaky, "samples": [{"text": leaky}]})
+
+    record = asyncio.run(_episode(_env(_device(page_url)), Leaky(script), writer, secrets=secrets,
+                                  on_step=lambda s: seen.append(repr(s))))
+    assert record.outcome is Outcome.CLAIMED
+    episode = read_episode(writer.path)
+    on_disk = "".join(p.read_text(encoding="utf-8") for p in episode.path.glob("*.json*"))
+    assert secret not in on_disk and secret not in "".join(seen)
+    typed, clicked, unparsed, _ = episode.steps
+    assert typed.action["text"] == "{{secret:pw}}" and not typed.sensitive  # a plain field: not a password
+    assert "{{secret:pw}}" in clicked.target["text"]  # the field's own text, redacted
+    assert "{{secret:pw}}" in unparsed.raw_output and record.answer == "typed {{secret:pw}}"
+    assert "{{secret:pw}}" in clicked.info["policy"]["thought"]
+    # Frames from the step after the typing on show the field as one flat colour.
+    field = episode.frame(clicked)[402:438, 102:398]
+    assert np.ptp(field.reshape(-1, 3), axis=0).max() == 0
+    before = episode.frame(typed)[395:445, 95:405]
+    assert np.ptp(before.reshape(-1, 3), axis=0).max() > 0  # before the typing it was an ordinary field

@@ -310,18 +310,18 @@ class FakePhone:
         attrs = (
             'index="{i}" text="{text}" resource-id="{rid}" class="{cls}" package="{pkg}" content-desc="{desc}" '
             'checkable="false" checked="false" clickable="{click}" enabled="true" focusable="{click}" '
-            'focused="false" scrollable="false" long-clickable="false" password="{pw}" selected="false" '
+            'focused="{foc}" scrollable="false" long-clickable="false" password="{pw}" selected="false" '
             'bounds="[{x1},{y1}][{x2},{y2}]"'
         )
         esc = lambda s: (s.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")  # noqa: E731
                          .replace(">", "&gt;"))
         pkg = {v: k for k, v in PACKAGES.items()}.get(self.screen, "com.example.launcher")
         inner = "".join(
-            f"<node {attrs.format(i=i, text=esc(n.text), rid=pkg + ':id/' + n.id, cls=n.cls, pkg=pkg, desc=esc(n.desc), click=str(n.clickable).lower(), pw=str(n.password).lower(), x1=n.box[0], y1=n.box[1], x2=n.box[2], y2=n.box[3])} />"  # noqa: E501
+            f"<node {attrs.format(i=i, text=esc(n.text), rid=pkg + ':id/' + n.id, cls=n.cls, pkg=pkg, desc=esc(n.desc), click=str(n.clickable).lower(), pw=str(n.password).lower(), foc=str(n.id == 'field' and self.focused).lower(), x1=n.box[0], y1=n.box[1], x2=n.box[2], y2=n.box[3])} />"  # noqa: E501
             for i, n in enumerate(self.nodes())
         )
         root = attrs.format(i=0, text="", rid="", cls="android.widget.FrameLayout", pkg=pkg, desc="",
-                            click="false", pw="false", x1=0, y1=0, x2=w, y2=h)
+                            click="false", pw="false", foc="false", x1=0, y1=0, x2=w, y2=h)
         xml = (f"<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"{self.rotation}\">"
                f"<node {root}>{inner}</node></hierarchy>")
         return xml.encode("utf-8")

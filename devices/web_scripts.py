@@ -1,0 +1,53 @@
+"""The scripts the web device runs in the page: each a side-effect-free question, except where it says it marks
+an element. Kept apart from the device so that reading the device is reading Python."""
+
+# One round trip gathers everything an observation needs besides the pixels.
+VIEW_JS = """() => {
+  const v = window.visualViewport;
+  const pw = [];
+  for (const el of document.querySelectorAll('input[type=password], [data-handeye-masked]')) {
+    const b = el.getBoundingClientRect();
+    if (b.width > 0 && b.height > 0) pw.push([b.left, b.top, b.right, b.bottom]);
+  }
+  return {ox: v.offsetLeft, oy: v.offsetTop, w: v.width, h: v.height, scale: v.scale,
+          px: v.pageLeft, py: v.pageTop, dpr: window.devicePixelRatio, sx: window.scrollX,
+          sy: window.scrollY, url: location.href, title: document.title, pw: pw};
+}"""
+
+ELEMENT_JS = """([x, y]) => {
+  const el = document.elementFromPoint(x, y);
+  if (!el) return null;
+  const b = el.getBoundingClientRect();
+  return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
+          // never a password field's value: target text is stored in trajectories
+          text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
+                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
+          box: [b.left, b.top, b.right, b.bottom]};
+}"""
+
+TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+
+FOCUS_IS_PASSWORD_JS = """() => {
+  let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  return !!a && a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
+}"""
+
+# Typing a secret into a plain field: the field is marked, and every later observation masks it like a password.
+MASK_FOCUSED_JS = """() => {
+  let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  if (a && a !== document.body) a.setAttribute('data-handeye-masked', '1');
+  return !!a;
+}"""
+
+FOCUSED_JS = """() => {
+  let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  if (!a || a === document.body || a === document.documentElement) return null;
+  const b = a.getBoundingClientRect();
+  const pw = a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
+  return {tag: a.tagName.toLowerCase(), password: pw,
+          text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '').trim().slice(0, 80),
+          box: [b.left, b.top, b.right, b.bottom]};
+}"""
