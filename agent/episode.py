@@ -310,6 +310,8 @@ class EpisodeBook:
             self.on_step(step)
 
     def _remember(self, entry: HistoryEntry) -> None:
+        # The history goes back into the model's prompt (to a remote server, maybe): secrets stay placeholders there.
+        entry = replace(entry, raw_output=self.secrets.redact(entry.raw_output), note=self.secrets.redact(entry.note))
         self.history.append(entry)
         if len(self.history) > KEEP_FRAMES:  # frames are kept for the last few steps only
             old = self.history[-KEEP_FRAMES - 1]
