@@ -8,12 +8,20 @@ had never stopped:
   or, for full fine-tuning, ``model/``: a transformers checkpoint (safetensors, config, processor) that
   ``agent run --set model.path=...`` loads;
 - ``learner.pt``: optimizer and scheduler states, update counters, the mini-batch shuffling RNG;
-- ``rng.pt``: Python, NumPy and torch (CPU and CUDA) random states, so rollouts sample the same tokens again;
+- ``rng.pt``: the torch random states (CPU and CUDA), tensors only;
+- ``rng.json``: the Python and NumPy random states, so rollouts sample the same tokens again;
 - ``state.json``: the step, the data position, the curriculum's hard-sample queue and success rates, the early
   stopping state, and the model fingerprint;
 - ``COMPLETE``: written last. A folder without it (a crash mid-save) is ignored by ``latest_checkpoint``.
 
 The folder is written under a temporary name and renamed, so a checkpoint either exists whole or not at all.
+
+A checkpoint is data, never code: the ``.pt`` files are read with ``torch.load(weights_only=True)``, which builds
+tensors, numbers, strings, lists, tuples and dicts and refuses anything else, so a crafted checkpoint cannot run
+code on ``agent train --resume`` (a plain pickle could). That is why the NumPy state is JSON: an ndarray is not on
+that list. Format 1 checkpoints kept the Python and NumPy states in ``rng.pt``; they are still read, with NumPy's
+array type added to the allowed list and nothing else (``_FORMAT1_RNG_TYPES``); a file that needs more is refused
+with ``CheckpointError``.
 
 The fingerprint (model type and the shapes of the language and vision towers, the fine-tuning mode and the LoRA
 settings) is compared on resume: a checkpoint from another model, or with another adapter layout, is refused with a
@@ -24,7 +32,9 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +52,14 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "model_fingerprint", "save_checkpoint"]
 
-FORMAT = 1
+FORMAT = 2
+"""2: the Python and NumPy random states moved from ``rng.pt`` to ``rng.json`` (1 is still read)."""
+_READS = (1, 2)
+# The types besides tensors and plain containers that a format 1 rng.pt holds: NumPy's state is a uint32 array.
+# Rebuilding an array allocates it and copies bytes into it; no other code runs. Files written with NumPy 1 name
+# the rebuilding function numpy.core.multiarray._reconstruct, hence the second name.
+_FORMAT1_RNG_TYPES: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), np._core.multiarray._reconstruct,
+                                 (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct")]
 
 
 def model_fingerprint(learner: Trainable) -> dict[str, Any]:
@@ -66,19 +83,60 @@ def model_fingerprint(learner: Trainable) -> dict[str, Any]:
     return fp
 
 
-def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+def _rng_state() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors for rng.pt, plain values for rng.json)."""
+    tensors: dict[str, Any] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+        tensors["cuda"] = torch.cuda.get_rng_state_all()
+    version, internal, gauss = random.getstate()
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    plain = {"python": [version, list(internal), gauss],
+             "numpy": {"kind": kind, "key": [int(k) for k in key], "pos": int(pos), "has_gauss": int(has_gauss),
+                       "cached_gaussian": float(cached)}}
+    return tensors, plain
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore from ``{"python", "numpy", "torch", "cuda"?}``; numpy as rng.json's dict or format 1's tuple."""
+    version, internal, gauss = state["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        numpy_state = (numpy_state["kind"], np.asarray(numpy_state["key"], dtype=np.uint32), numpy_state["pos"],
+                       numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _load_tensors(path: Path, *, allow: list[Any] | None = None) -> Any:
+    """``torch.load(path, weights_only=True)`` (plus the types in ``allow``), as ``CheckpointError`` when the file
+    holds anything else or cannot be read."""
+    try:
+        with torch.serialization.safe_globals(allow or []):
+            return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL ([\w.]+)|but got <class '([\w.]+)'>", str(exc))
+        what = f"it asks for {found[1] or found[2]}" if found else f"{type(exc).__name__}: {str(exc)[:200]}"
+        raise CheckpointError(
+            f"checkpoint file {path} holds objects other than tensors, numbers, strings, lists and dicts ({what}); "
+            f"it was not loaded, since loading it could run code. It is from an older format or was not written by "
+            f"handeye: re-create the checkpoint (train again from the start or from a checkpoint you trust)") from exc
+    except (OSError, RuntimeError, EOFError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint file {path} cannot be read ({type(exc).__name__}: {exc}); the "
+                              f"checkpoint is damaged: resume from an earlier one or train again") from exc
+
+
+def _read_rng(path: Path, fmt: int) -> dict[str, Any]:
+    if fmt == 1:  # everything in rng.pt, NumPy's state as an array
+        return _load_tensors(path / "rng.pt", allow=_FORMAT1_RNG_TYPES)
+    try:
+        plain = json.loads((path / "rng.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path}: rng.json cannot be read ({exc}); the checkpoint is damaged: "
+                              f"resume from an earlier one") from exc
+    return {**_load_tensors(path / "rng.pt"), **plain}
 
 
 def save_adapter(learner: Trainable, folder: Path) -> Path:
@@ -150,7 +208,9 @@ def save_checkpoint(run_dir: str | Path, step: int, learner: Trainable, trainer_
     tmp.mkdir()
     save_adapter(learner, tmp)
     torch.save(learner.state_dict(), tmp / "learner.pt")
-    torch.save(_rng_state(), tmp / "rng.pt")
+    tensors, plain = _rng_state()
+    torch.save(tensors, tmp / "rng.pt")
+    (tmp / "rng.json").write_text(json.dumps(plain), encoding="utf-8")
     state = {"format": FORMAT, "step": step, "fingerprint": model_fingerprint(learner), "trainer": trainer_state}
     (tmp / "state.json").write_text(json.dumps(state, indent=1, default=_json_default), encoding="utf-8")
     (tmp / "COMPLETE").write_text("ok\n", encoding="utf-8")
@@ -200,8 +260,9 @@ def load_checkpoint(path: str | Path, learner: Trainable) -> Checkpoint:
         state = json.loads((path / "state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: state.json cannot be read: {exc}") from exc
-    if state.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} has format {state.get('format')!r}; this version reads {FORMAT}")
+    if state.get("format") not in _READS:
+        raise CheckpointError(f"checkpoint {path} has format {state.get('format')!r}; this version reads formats "
+                              f"{', '.join(map(str, _READS))}")
     mine = model_fingerprint(learner)
     theirs = state.get("fingerprint") or {}
     diff = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
@@ -209,7 +270,10 @@ def load_checkpoint(path: str | Path, learner: Trainable) -> Checkpoint:
         what = ", ".join(f"{k}: checkpoint {a!r} vs this run {b!r}" for k, (a, b) in diff.items())
         raise CheckpointError(f"checkpoint {path} was written for another model or setup ({what}); "
                               f"resume with the model and settings it was trained with")
+    # Read every file before changing anything, so a refused file leaves the learner as it was.
+    learner_state = _load_tensors(path / "learner.pt")
+    rng = _read_rng(path, state["format"])
     _load_weights(learner, path)
-    learner.load_state_dict(torch.load(path / "learner.pt", weights_only=False))
-    _set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    learner.load_state_dict(learner_state)
+    _set_rng_state(rng)
     return Checkpoint(path=path, step=int(state["step"]), state=state.get("trainer") or {})

@@ -114,3 +114,66 @@ def test_a_checkpoint_of_another_model_is_refused(tiny_dir, tmp_path):
     save_checkpoint(tmp_path / "run8", 1, learner_for(tiny_dir), {})
     with pytest.raises(CheckpointError, match="lora_r: checkpoint 8 vs this run 4"):
         load_checkpoint(tmp_path / "run8", learner_for(tiny_dir, lora_rank=4))
+
+
+class _Payload:
+    """Unpickling this object creates ``marker``: what a crafted checkpoint would do (or worse) under plain pickle."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("name", ["learner.pt", "rng.pt"])
+def test_a_checkpoint_with_a_pickle_payload_is_refused_and_runs_no_code(tiny_dir, tmp_path, name):
+    a = learner_for(tiny_dir)
+    path = save_checkpoint(tmp_path, 1, a, {})
+    marker = tmp_path / "pwned"
+    good = torch.load(path / name, weights_only=True)
+    torch.save({**good, "extra": _Payload(marker)}, path / name)
+    b = learner_for(tiny_dir)
+    before = {n: p.clone() for n, p in b.trainable_state().items()}
+    with pytest.raises(CheckpointError, match=rf"{name} holds objects other than tensors.*it asks for .*open.*"
+                                              r"could run code.*re-create the checkpoint"):
+        load_checkpoint(path, b)
+    assert not marker.exists()
+    assert b.steps == 0 and all(torch.equal(before[n], p) for n, p in b.trainable_state().items())  # untouched
+
+
+def _as_format_1(path: Path, python_state, numpy_state, torch_state) -> None:
+    """Rewrite a checkpoint as format 1 wrote it: every RNG state pickled into rng.pt, NumPy's as an array."""
+    torch.save({"python": python_state, "numpy": numpy_state, "torch": torch_state}, path / "rng.pt")
+    (path / "rng.json").unlink()
+    state = json.loads((path / "state.json").read_text())
+    (path / "state.json").write_text(json.dumps({**state, "format": 1}))
+
+
+def test_a_format_1_checkpoint_still_resumes_and_a_crafted_one_is_refused(tiny_dir, tmp_path):
+    a = learner_for(tiny_dir)
+    path = save_checkpoint(tmp_path, 1, a, {"data": {"index": 3}})
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    _as_format_1(path, random.getstate(), np.random.get_state(), torch.get_rng_state())
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    ck = load_checkpoint(path, learner_for(tiny_dir))
+    assert ck.step == 1 and ck.state == {"data": {"index": 3}}
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
+    # the same older file with something besides NumPy's array in it: refused, nothing run
+    marker = tmp_path / "pwned"
+    crafted = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+               "x": _Payload(marker)}
+    torch.save(crafted, path / "rng.pt")
+    with pytest.raises(CheckpointError, match="older format .* re-create the checkpoint"):
+        load_checkpoint(path, learner_for(tiny_dir))
+    assert not marker.exists()
+
+
+def test_the_rng_states_are_plain_data(tiny_dir, tmp_path):
+    path = save_checkpoint(tmp_path, 1, learner_for(tiny_dir), {})
+    rng = json.loads((path / "rng.json").read_text())
+    assert set(rng) == {"python", "numpy"} and rng["numpy"]["kind"] == "MT19937" and len(rng["numpy"]["key"]) == 624
+    tensors = torch.load(path / "rng.pt", weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in [tensors["torch"], *tensors.get("cuda", [])])
+    assert json.loads((path / "state.json").read_text())["format"] == 2

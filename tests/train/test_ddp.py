@@ -35,8 +35,8 @@ def test_two_process_ddp_step_equals_the_single_process_step(tmp_path):
                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
                 str(WORKER), str(model), str(tmp_path / "ddp.pt")], tmp_path)
     run_worker([sys.executable, str(WORKER), str(model), str(tmp_path / "single.pt"), "--single"], tmp_path)
-    ddp = torch.load(tmp_path / "ddp.pt", weights_only=False)
-    single = torch.load(tmp_path / "single.pt", weights_only=False)
+    ddp = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    single = torch.load(tmp_path / "single.pt", weights_only=True)
     assert ddp["world"] == 2 and single["world"] == 1
     names = sorted(single["state"])
     assert names and sorted(ddp["state"]) == names

@@ -245,3 +245,41 @@ def test_ctrl_c_checkpoints_the_last_finished_update(tmp_path, data_file):
     from train.checkpoint import latest_checkpoint
 
     assert latest_checkpoint(tmp_path / "int").name == "step-000002"
+
+
+def test_agent_train_resume_refuses_a_crafted_checkpoint_without_running_it(tmp_path, data_file):
+    """A checkpoint whose learner.pt would create a file when unpickled: ``agent train --resume`` says what is wrong
+    and what to do, exits 2, shows no traceback, and the file is never created."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    settings = ['model.path="tiny"', f'train.run_dir="{tmp_path / "run"}"', "data.source=grounding",
+                f'data.path="{data_file}"', "data.think=false", "data.heldout_size=3", "rl.group_size=3",
+                "rl.batch_prompts=2", "rl.max_new_tokens=10", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]',
+                "log.progress=false", "log.tensorboard=false", "log.png=false", "filter.drop_all_correct=false",
+                "eval.every=0"]
+    run_from_config(load_train_config(None, [*settings, "train.steps=1"]))
+    (checkpoint,) = (tmp_path / "run" / "checkpoints").iterdir()
+    marker = tmp_path / "pwned"
+    state = torch.load(checkpoint / "learner.pt", weights_only=True)
+    torch.save({**state, "steps": _Opens(marker)}, checkpoint / "learner.pt")
+    args = [a for s in [*settings, "train.steps=2"] for a in ("--set", s)]
+    proc = subprocess.run([sys.executable, "-m", "agent", "train", *args, "--resume", str(tmp_path / "run")],
+                          cwd=REPO, env={**os.environ, "COLUMNS": "300"}, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "learner.pt holds objects other than tensors" in out and "re-create the checkpoint" in out, out
+    assert "Traceback" not in out and not marker.exists()
+
+
+class _Opens:
+    """Unpickling this creates ``path`` (what a crafted checkpoint could do, or worse, under plain pickle)."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return open, (str(self.path), "w")
