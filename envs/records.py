@@ -28,7 +28,7 @@ class Outcome(str, Enum):
     ABORTED = "aborted"
     """An error stopped the episode (``reason`` has its type and message)."""
     INTERRUPTED = "interrupted"
-    """The user stopped the run (Ctrl-C)."""
+    """The run was asked to stop: Ctrl-C, SIGTERM or SIGHUP (or its task was cancelled)."""
 
 
 class Actor(str, Enum):
@@ -94,7 +94,8 @@ class StepRecord:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeRecord:
-    """episode.json. Written when the episode starts (outcome None) and rewritten when it ends."""
+    """episode.json. Written when the episode starts (outcome None) and rewritten when it ends; an episode without
+    an outcome is running or crashed (``envs.trajectory.EpisodeState`` tells which)."""
 
     episode_id: str
     run_id: str

@@ -1,8 +1,14 @@
-"""Trajectory records on disk: round trips, crash leftovers, corrupt files, blurred password boxes."""
+"""Trajectory records on disk: round trips, crash leftovers, corrupt files, blurred password boxes, running and
+crashed episodes, fsync."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -11,7 +17,8 @@ from devices.base import Box, Observation
 from devices.frames import decode, encode
 from envs.errors import RecordError, RecordFormatError
 from envs.records import EpisodeRecord, Outcome, StepRecord
-from envs.trajectory import RunWriter, iter_episodes, read_episode
+from envs.trajectory import LOCK_FILE, EpisodeState, RunWriter, iter_episodes, read_episode
+from tests.conftest import REPO
 
 
 def _obs(seed: int = 0, boxes=()) -> Observation:
@@ -48,6 +55,7 @@ def test_episode_json_exists_while_running_and_unfinished_reads_as_such(tmp_path
     writer.write_step(_step(writer, 0, writer.write_frame(0, _obs())))
     episode = read_episode(writer.path)  # the process could die right here
     assert not episode.finished and len(episode.steps) == 1
+    assert episode.state is EpisodeState.RUNNING  # this process holds the lock
 
 
 def test_cut_off_last_line_is_skipped_but_a_corrupt_middle_line_is_an_error(tmp_path):
@@ -111,3 +119,129 @@ def test_a_reopened_run_numbers_new_episodes_after_the_old_ones(tmp_path):
     assert json.loads((tmp_path / "r1" / "run.json").read_text())["task"] == "t"  # kept, not rewritten
     with pytest.raises(RecordError, match="is not a run folder"):
         RunWriter.reopen(tmp_path / "nothing")
+
+
+def _chinese_step(writer, index: int) -> StepRecord:
+    return StepRecord(step_id=writer.step_id(index), index=index, started_at=1.0, ended_at=2.0, frame_path="",
+                      frame_size=(60, 40), model_input_size=(60, 40), action={"kind": "type", "text": "你好，世界"},
+                      executed=True, raw_output="点击“订阅”按钮，然后输入：你好，世界 🙂")
+
+
+def test_a_last_line_cut_at_any_byte_is_skipped_even_inside_a_multibyte_character(tmp_path):
+    writer = RunWriter(tmp_path, config={}).episode(task="输入你好")
+    for i in range(3):
+        writer.write_step(_chinese_step(writer, i))
+    writer.close()
+    steps = writer.path / "steps.jsonl"
+    data = steps.read_bytes()
+    first_two, last = data[:data.index(b"\n", data.index(b"\n") + 1) + 1], data.split(b"\n")[2] + b"\n"
+    inside = [k for k in range(1, len(last)) if (last[k] & 0xC0) == 0x80]  # cuts inside a UTF-8 character
+    assert len(inside) > 30
+    for cut in range(len(last) + 1):
+        steps.write_bytes(first_two + last[:cut])
+        episode = read_episode(writer.path)
+        whole = cut >= len(last) - 1  # the whole line, with or without its newline
+        assert len(episode.steps) == (3 if whole else 2), cut
+        assert episode.truncated_tail is (0 < cut < len(last) - 1), cut
+        assert episode.state is EpisodeState.CRASHED  # closed without an outcome
+    assert episode.steps[2].raw_output.startswith("点击“订阅”")
+    steps.write_bytes(first_two[:40] + b"\xe4\n" + first_two[40:] + last)  # a broken character in a whole line
+    with pytest.raises(RecordFormatError, match=r"steps\.jsonl:1 is not valid JSON"):
+        read_episode(writer.path)
+
+
+def test_running_finished_crashed_and_older_episodes(tmp_path):
+    run = RunWriter(tmp_path, config={})
+    writer = run.episode(task="t")
+    assert (writer.path / LOCK_FILE).is_file() and read_episode(writer.path).state is EpisodeState.RUNNING
+    writer.finish(Outcome.SUCCESS)
+    episode = read_episode(writer.path)
+    assert episode.state is EpisodeState.FINISHED and not (writer.path / LOCK_FILE).exists()
+    # closed without an outcome (the process would have died): the lock file stays, nobody holds it
+    closed = run.episode(task="t")
+    closed.close()
+    assert (closed.path / LOCK_FILE).exists() and read_episode(closed.path).state is EpisodeState.CRASHED
+    # written before lock files existed (tests/fixtures/run-v1 is such a run): no outcome reads as crashed
+    old = run.episode(task="t")
+    old.close()
+    (old.path / LOCK_FILE).unlink()
+    assert read_episode(old.path).state is EpisodeState.CRASHED
+    assert [e.state.value for e in iter_episodes(run.path)] == ["finished", "crashed", "crashed"]
+
+
+def test_an_episode_finishing_while_it_is_read_reads_as_finished(tmp_path, monkeypatch):
+    import envs.trajectory
+
+    writer = RunWriter(tmp_path, config={}).episode(task="t")
+
+    def finishes_meanwhile(path):  # the reader saw no outcome; then the writer finished and let go of the lock
+        writer.finish(Outcome.FAILURE)
+        return False
+
+    monkeypatch.setattr(envs.trajectory, "writer_alive", finishes_meanwhile)
+    episode = read_episode(writer.path)
+    assert episode.state is EpisodeState.FINISHED and episode.record.outcome is Outcome.FAILURE
+
+
+def test_a_killed_writer_leaves_every_finished_step_and_reads_as_crashed(tmp_path):
+    # A real process: write three steps and half of a fourth line, then die by SIGKILL (no cleanup at all).
+    code = textwrap.dedent(f"""
+        import os, signal
+        from tests.envs.test_trajectory import _chinese_step, _obs
+        from envs.trajectory import RunWriter
+        writer = RunWriter({str(tmp_path)!r}, config={{}}, run_id="r").episode(task="t")
+        for i in range(3):
+            writer.write_frame(i, _obs(i))
+            writer.write_step(_chinese_step(writer, i))
+        with open(writer.path / "steps.jsonl", "ab") as f:  # the fourth line, cut inside a character
+            f.write('{{"step_id": "r/ep0000/3", "raw_output": "点'.encode()[:-1])
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    episode = read_episode(tmp_path / "r" / "ep0000")
+    assert episode.state is EpisodeState.CRASHED and episode.record.outcome is None
+    assert [s.index for s in episode.steps] == [0, 1, 2] and episode.truncated_tail
+    assert all((episode.path / "frames" / f"{i:04d}.png").is_file() for i in range(3))
+
+
+def _count_fsyncs(monkeypatch):
+    calls = {"dir": [], "file": 0}
+    real = os.fsync
+
+    def counting(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            calls["dir"].append(os.readlink(f"/proc/self/fd/{fd}"))
+        else:
+            calls["file"] += 1
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_fsync_is_on_by_default_and_covers_the_folders(tmp_path, monkeypatch):
+    calls = _count_fsyncs(monkeypatch)
+    run = RunWriter(tmp_path / "runs", config={}, run_id="r")
+    assert run.fsync and calls["dir"] == [str(tmp_path / "runs" / "r"), str(tmp_path / "runs")]  # run.json, the run
+    writer = run.episode(task="t")
+    ep = writer.path
+    assert calls["dir"][2:] == [str(ep), str(ep.parent)]  # episode.json (lock, frames/, steps.jsonl), the episode
+    calls["dir"].clear()
+    calls["file"] = 0
+    for i in range(3):
+        writer.write_step(_step(writer, i, writer.write_frame(i, _obs(i))))
+    assert calls["dir"] == [str(ep / "frames")] * 3 and calls["file"] == 6  # per step: frame, its folder, the line
+    writer.update(task="t2")  # every rename is followed by its folder's fsync
+    writer.finish(Outcome.SUCCESS)
+    assert calls["dir"][3:] == [str(ep), str(ep)]
+
+
+def test_fsync_off_only_flushes_steps(tmp_path, monkeypatch):
+    calls = _count_fsyncs(monkeypatch)
+    writer = RunWriter(tmp_path, config={}, fsync=False).episode(task="t")
+    for i in range(3):
+        writer.write_step(_step(writer, i, writer.write_frame(i, _obs(i))))
+    writer.finish(Outcome.SUCCESS)
+    assert calls["dir"] == [] and calls["file"] == 3  # episode.json's atomic writes only: run.json, start, end
+    assert len(read_episode(writer.path).steps) == 3
