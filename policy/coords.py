@@ -8,7 +8,9 @@
   processor) and then ``smart_resize``, the one implementation in handeye, which follows
   qwen-vl-utils exactly (Python's round, half to even) and is tested against transformers'.
 - GUI-R1's ``[-100, -100]`` means "no target": an absent point, not an error. Any other point
-  outside the model image is a CoordinateError, never clamped.
+  outside the model image is a CoordinateError, never clamped; so is a number no screen can have
+  (an integer too large for a float, which a model writing 400 digits produces): ``coordinate``
+  turns every such value into a CoordinateError instead of Python's OverflowError.
 """
 
 from __future__ import annotations
@@ -28,6 +30,31 @@ MAX_PIXELS = 16384 * 28 * 28
 """12,845,056: the qwen-vl-utils and checkpoint default."""
 MAX_RATIO = 200
 NO_TARGET = (-100.0, -100.0)
+
+
+def number_text(value: int | float) -> str:
+    """A number as a message shows it, whatever its size: ``str`` up to 15 digits, else the first
+    digits and the exponent (``1.11e399``). ``str`` of an integer over 4,300 digits raises
+    ValueError (Python's digit limit), and a message must never fail while being written."""
+    if isinstance(value, bool) or not isinstance(value, int) or -10**15 < value < 10**15:
+        return str(value)
+    exponent = math.floor(math.log10(abs(value)))  # log10 takes integers of any size
+    mantissa = abs(value) / 10**exponent  # int / int is exact enough for three digits
+    if mantissa >= 10:  # log10 rounded up across a power of ten
+        mantissa, exponent = mantissa / 10, exponent + 1
+    return f"{'-' if value < 0 else ''}{mantissa:.3g}e{exponent}"
+
+
+def coordinate(value: object, what: str = "coordinate") -> float:
+    """``value`` (a number a model wrote) as a float; CoordinateError when it is not a number
+    (booleans are not) or is an integer too large for a float. Non-finite floats pass through:
+    ``ModelSpace.to_point`` reports them as outside the image."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CoordinateError(f"{what} must be a number, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise CoordinateError(f"{what} {number_text(value)} is not a number a screen can have") from None
 
 
 class CoordMode(str, Enum):
@@ -100,10 +127,12 @@ class ModelSpace:
         return float(self.input_size[0]), float(self.input_size[1])
 
     def to_point(self, x: float, y: float) -> Point | None:
-        """The normalized frame point of model coordinates (x', y'); None for the no-target sentinel."""
-        if not (isinstance(x, (int, float)) and isinstance(y, (int, float))) or isinstance(x, bool) or isinstance(y, bool):
-            raise CoordinateError(f"coordinates must be numbers, got ({x!r}, {y!r})")
-        if (float(x), float(y)) == NO_TARGET:
+        """The normalized frame point of model coordinates (x', y'); None for the no-target sentinel.
+        Every other value is a Point inside [0, 1] or a CoordinateError (see ``coordinate``)."""
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (x, y)):
+            raise CoordinateError(f"coordinates must be numbers, got ({type(x).__name__}, {type(y).__name__})")
+        x, y = coordinate(x), coordinate(y)
+        if (x, y) == NO_TARGET:
             return None
         sx, sy = self.extent
         if not (math.isfinite(x) and math.isfinite(y) and 0 <= x <= sx and 0 <= y <= sy):

@@ -21,7 +21,9 @@ History
 
 Output
     ``<think>...</think> <answer>[{'action': ..., 'point': [x, y], 'input_text': ...}]</answer>``.
-    The answer is read with ``ast`` (never eval). A missing think block or a non-integer point is
+    The answer is read with ``ast`` (never eval), in time linear in the output (node positions come
+    from one ``SourcePositions`` map), and at most ``MAX_OUTPUT_CHARS`` of it (longer is a parse
+    error). A missing think block or a non-integer point is
     tolerated for execution and listed in ``Parsed.info["format_issues"]``; anything that cannot
     be executed is a FormatParseError with the position of the problem. Every dict of the list is
     returned, in order (the first is executed). An action name of any of the lists is accepted
@@ -63,7 +65,8 @@ from devices.keys import normalize_key
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import CoordinateError, FormatParseError
-from policy.formats.base import Parsed, Prompt
+from policy.formats.base import MAX_OUTPUT_CHARS, Parsed, Prompt, check_output, shown
+from policy.formats.positions import SourcePositions
 from policy.presets import ModelPreset
 
 #: action lists by ``preset.variant``, in the order the released prompts enumerate them
@@ -156,14 +159,25 @@ def prompt_text(instruction: str, history: str, actions: Sequence[str]) -> str:
 
 # -- history ----------------------------------------------------------------------------------------
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+def _last_answer(raw: str) -> str | None:
+    """The text of the last ``<answer>...</answer>`` pair (pairs taken left to right, as a lazy regex
+    would find them), in one pass: each search starts where the previous pair ended."""
+    found, pos = None, 0
+    while (a_open := raw.find("<answer>", pos)) >= 0:
+        a_close = raw.find("</answer>", a_open + len("<answer>"))
+        if a_close < 0:
+            break
+        found, pos = raw[a_open + len("<answer>"):a_close], a_close + len("</answer>")
+    return found
 
 
 def _answer_of(raw: str) -> str | None:
-    matches = _ANSWER_RE.findall(raw or "")
-    if not matches:
+    if not raw or len(raw) > MAX_OUTPUT_CHARS:
         return None
-    body = matches[-1].strip()
+    body = _last_answer(raw)
+    if body is None:
+        return None
+    body = body.strip()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -227,17 +241,7 @@ def history_text(history: Sequence[HistoryEntry], space: ModelSpace, actions: Se
 # -- parsing helpers --------------------------------------------------------------------------------
 
 
-def _node_pos(content: str, base: int, node: ast.AST) -> int:
-    """Absolute character position of an AST node parsed from ``content`` found at ``base``."""
-    lines = content.splitlines(keepends=True) or [""]
-    lineno = getattr(node, "lineno", 1)
-    col = getattr(node, "col_offset", 0)
-    idx = min(max(lineno - 1, 0), len(lines) - 1)
-    before = sum(len(line) for line in lines[:idx])
-    return base + before + len(lines[idx].encode("utf-8")[:col].decode("utf-8", "ignore"))
-
-
-def _literal(node: ast.AST, text: str, content: str, base: int, what: str) -> Any:
+def _literal(node: ast.AST, text: str, at: SourcePositions, what: str) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -248,15 +252,8 @@ def _literal(node: ast.AST, text: str, content: str, base: int, what: str) -> An
             node,
         )
         raise FormatParseError(
-            f"GUI-R1 {what} is not a Python literal ({type(bad).__name__} found)", text, _node_pos(content, base, bad)
+            f"GUI-R1 {what} is not a Python literal ({type(bad).__name__} found)", text, at.node(bad)
         ) from None
-
-
-def _syntax_pos(content: str, base: int, e: SyntaxError) -> int:
-    lines = content.splitlines(keepends=True) or [""]
-    idx = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
-    col = max((e.offset or 1) - 1, 0)
-    return min(base + sum(len(line) for line in lines[:idx]) + col, base + len(content))
 
 
 def _think_block(text: str, issues: list[str]) -> tuple[str | None, int]:
@@ -297,22 +294,25 @@ def _answer_tags(text: str, think_close: int, issues: list[str]) -> tuple[int, i
     return a_open, a_close
 
 
-def _answer_items(text: str, body_start: int, a_close: int, issues: list[str]) -> tuple[list[ast.AST], str, int]:
-    """(the answer's action dict nodes, the stripped answer, its offset in ``text``)."""
+def _answer_items(text: str, body_start: int, a_close: int, issues: list[str]
+                  ) -> tuple[list[ast.AST], SourcePositions]:
+    """(the answer's action dict nodes, the positions of the stripped answer's nodes in ``text``)."""
     raw = text[body_start:a_close]
     content = raw.strip()
     base = body_start + len(raw) - len(raw.lstrip())
     if not content:
         raise FormatParseError("GUI-R1 <answer> is empty; expected a list of action dicts", text, body_start)
+    at = SourcePositions(content, base)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tree = ast.parse(content, mode="eval")
     except SyntaxError as e:
-        pos = _syntax_pos(content, base, e)
-        raise FormatParseError(f"GUI-R1 answer is not a Python literal: {e.msg}", text, pos) from None
-    except (ValueError, MemoryError, RecursionError) as e:
-        raise FormatParseError(f"GUI-R1 answer cannot be read: {e}", text, base) from None
+        msg = e.msg if len(e.msg) <= 200 else e.msg[:200] + "..."
+        raise FormatParseError(f"GUI-R1 answer is not a Python literal: {msg}", text, at.syntax_error(e)) from None
+    except (ValueError, MemoryError, RecursionError) as e:  # a NUL or lone surrogate, a nest too deep
+        raise FormatParseError(f"GUI-R1 answer cannot be read: {type(e).__name__}: {str(e)[:200]}", text,
+                               base) from None
     body = tree.body
     if isinstance(body, (ast.List, ast.Tuple)):
         items = list(body.elts)
@@ -321,17 +321,16 @@ def _answer_items(text: str, body_start: int, a_close: int, issues: list[str]) -
         items = [body]
     else:
         raise FormatParseError(
-            f"GUI-R1 answer must be a list of action dicts, got {type(body).__name__}", text,
-            _node_pos(content, base, body),
+            f"GUI-R1 answer must be a list of action dicts, got {type(body).__name__}", text, at.node(body),
         )
     if not items:
         raise FormatParseError("GUI-R1 answer is an empty list; expected one action dict", text, base)
     if len(items) > 1:
         issues.append(f"answer has {len(items)} action dicts; GUI-R1 was trained to give one")
-    return items, content, base
+    return items, at
 
 
-def _dict_fields(node: ast.AST, text: str, content: str, base: int, pos: int) -> dict[str, ast.AST]:
+def _dict_fields(node: ast.AST, text: str, at: SourcePositions, pos: int) -> dict[str, ast.AST]:
     """key -> value node of one answer dict, which must have an 'action' key."""
     if not isinstance(node, ast.Dict):
         raise FormatParseError(
@@ -341,34 +340,32 @@ def _dict_fields(node: ast.AST, text: str, content: str, base: int, pos: int) ->
     fields: dict[str, ast.AST] = {}
     for key, value in zip(node.keys, node.values):
         if key is None:
-            raise FormatParseError("GUI-R1 answer dict uses ** unpacking", text, _node_pos(content, base, value))
-        k = _literal(key, text, content, base, "dict key")
+            raise FormatParseError("GUI-R1 answer dict uses ** unpacking", text, at.node(value))
+        k = _literal(key, text, at, "dict key")
         if not isinstance(k, str):
-            raise FormatParseError(f"GUI-R1 answer dict key {k!r} is not a string", text,
-                                   _node_pos(content, base, key))
+            raise FormatParseError(f"GUI-R1 answer dict key {shown(k)} is not a string", text, at.node(key))
         fields[k] = value
     if "action" not in fields:
         raise FormatParseError("GUI-R1 answer dict has no 'action' key", text, pos)
     return fields
 
 
-def _action_name(node: ast.AST, text: str, content: str, base: int) -> tuple[str, int]:
+def _action_name(node: ast.AST, text: str, at: SourcePositions) -> tuple[str, int]:
     """(the known action name, lower-cased, and its position)."""
-    a_pos = _node_pos(content, base, node)
-    name = _literal(node, text, content, base, "'action' value")
+    a_pos = at.node(node)
+    name = _literal(node, text, at, "'action' value")
     if not isinstance(name, str):
-        raise FormatParseError(f"GUI-R1 'action' must be a string, got {name!r}", text, a_pos)
+        raise FormatParseError(f"GUI-R1 'action' must be a string, got {shown(name)}", text, a_pos)
     name = name.strip().lower()
     if name not in ALL_ACTIONS:
         raise FormatParseError(
-            f"unknown GUI-R1 action {name!r}; known actions: {', '.join(sorted(ALL_ACTIONS))}", text, a_pos
+            f"unknown GUI-R1 action {shown(name)}; known actions: {', '.join(sorted(ALL_ACTIONS))}", text, a_pos
         )
     return name, a_pos
 
 
 def _target(
-    node: ast.AST | None, name: str, text: str, content: str, base: int, space: ModelSpace, issues: list[str],
-    pos: int,
+    node: ast.AST | None, name: str, text: str, at: SourcePositions, space: ModelSpace, issues: list[str], pos: int,
 ) -> tuple[Any, tuple[float, float] | None]:
     """(the frame point of the 'point' value ``node`` or None, the model point or None) for action ``name``."""
     point = None
@@ -376,21 +373,21 @@ def _target(
     p_pos = pos
     raw_point: Any = None
     if node is not None:
-        p_pos = _node_pos(content, base, node)
-        raw_point = _literal(node, text, content, base, "'point' value")
+        p_pos = at.node(node)
+        raw_point = _literal(node, text, at, "'point' value")
     uses_point = name in POINTED or name in ("type", "select", "scroll", "close/delete")
     if raw_point is not None and uses_point:
         if (not isinstance(raw_point, (list, tuple)) or len(raw_point) != 2
                 or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_point)):
-            raise FormatParseError(f"GUI-R1 'point' must be [x, y] with two numbers, got {raw_point!r}", text,
-                                   p_pos)
+            raise FormatParseError(f"GUI-R1 'point' must be [x, y] with two numbers, got {shown(raw_point)}",
+                                   text, p_pos)
         if not all(isinstance(v, int) for v in raw_point):
             issues.append("point coordinates are not integers")
         try:
             point = space.to_point(raw_point[0], raw_point[1])
         except CoordinateError as e:
             raise CoordinateError(f"GUI-R1 {name} {e}", text, p_pos) from None
-        if point is not None:
+        if point is not None:  # inside the image, so both fit a float
             model_point = (float(raw_point[0]), float(raw_point[1]))
     if name in POINTED and point is None:
         what = "the no-target point [-100, -100]" if raw_point is not None else "no 'point'"
@@ -418,8 +415,7 @@ class GuiR1Format:
     def parse(
         self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
     ) -> Parsed:
-        if not isinstance(text, str):
-            raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
+        text = check_output(text)
         try:
             prompted = set(action_list(preset.variant))
         except ValueError:
@@ -429,13 +425,13 @@ class GuiR1Format:
         a_open, a_close = _answer_tags(text, think_close, issues)
         if think_close >= 0 and a_open < think_close:
             thought = None
-        items, content, base = _answer_items(text, a_open + len("<answer>"), a_close, issues)
+        items, at = _answer_items(text, a_open + len("<answer>"), a_close, issues)
 
         actions: list[Action] = []
         model_points: list[tuple[float, float]] = []
         names: list[str] = []
         for item in items:
-            action, mpt, name = self._item(item, text, content, base, space, issues, prompted)
+            action, mpt, name = self._item(item, text, at, space, issues, prompted)
             actions.append(action)
             names.append(name)
             if mpt is not None:
@@ -444,25 +440,24 @@ class GuiR1Format:
         return Parsed(actions=tuple(actions), model_points=tuple(model_points), thought=thought, info=info)
 
     def _item(
-        self, node: ast.AST, text: str, content: str, base: int, space: ModelSpace, issues: list[str],
-        prompted: set[str],
+        self, node: ast.AST, text: str, at: SourcePositions, space: ModelSpace, issues: list[str], prompted: set[str],
     ) -> tuple[Action, tuple[float, float] | None, str]:
-        pos = _node_pos(content, base, node)
-        fields = _dict_fields(node, text, content, base, pos)
+        pos = at.node(node)
+        fields = _dict_fields(node, text, at, pos)
         missing = [k for k in ("point", "input_text") if k not in fields]
         if missing:
             issues.append(f"answer dict lacks {', '.join(repr(m) for m in missing)}")
-        name, a_pos = _action_name(fields["action"], text, content, base)
+        name, a_pos = _action_name(fields["action"], text, at)
         if name not in prompted:
             issues.append(f"action {name!r} is not in the prompted list")
         input_text, t_pos = NO_INPUT, pos
         if "input_text" in fields:
-            t_pos = _node_pos(content, base, fields["input_text"])
-            input_text = _literal(fields["input_text"], text, content, base, "'input_text' value")
+            t_pos = at.node(fields["input_text"])
+            input_text = _literal(fields["input_text"], text, at, "'input_text' value")
             if not isinstance(input_text, str):
-                raise FormatParseError(f"GUI-R1 'input_text' must be a string, got {input_text!r}", text, t_pos)
+                raise FormatParseError(f"GUI-R1 'input_text' must be a string, got {shown(input_text)}", text, t_pos)
         has_text = input_text.strip() != "" and input_text.strip().lower() != NO_INPUT
-        point, model_point = _target(fields.get("point"), name, text, content, base, space, issues, pos)
+        point, model_point = _target(fields.get("point"), name, text, at, space, issues, pos)
         try:
             action = self._action(name, point, input_text, has_text, text, t_pos, a_pos)
         except InvalidAction as e:
@@ -477,7 +472,7 @@ class GuiR1Format:
             return Action(POINTED[name], point=point)
         if name in ("type", "select", "open_app"):
             if not has_text:
-                raise FormatParseError(f"GUI-R1 {name} needs an input_text, got {input_text!r}", text, t_pos)
+                raise FormatParseError(f"GUI-R1 {name} needs an input_text, got {shown(input_text)}", text, t_pos)
             if name == "open_app":
                 return Action(ActionKind.OPEN_APP, text=input_text)
             return Action(ActionKind.TYPE, text=input_text, point=point)
@@ -485,7 +480,7 @@ class GuiR1Format:
             direction = input_text.strip().lower()
             if direction not in SCROLL_DIRECTIONS:
                 raise FormatParseError(
-                    f"GUI-R1 scroll needs input_text up, down, left or right, got {input_text!r}", text, t_pos
+                    f"GUI-R1 scroll needs input_text up, down, left or right, got {shown(input_text)}", text, t_pos
                 )
             return Action(ActionKind.SCROLL, direction=direction, point=point)
         if name in PLAIN:
@@ -500,12 +495,13 @@ class GuiR1Format:
             return Action(ActionKind.KEY, keys=("Escape",))
         if name == "hotkey":
             if not has_text:
-                raise FormatParseError(f"GUI-R1 hotkey needs the keys in input_text, got {input_text!r}", text, t_pos)
+                raise FormatParseError(f"GUI-R1 hotkey needs the keys in input_text, got {shown(input_text)}", text,
+                                       t_pos)
             parts = [p for p in re.split(r"\s*\+\s*|\s+", input_text.strip()) if p]
             try:
                 keys = tuple(normalize_key(p) for p in parts)
             except InvalidAction as e:
-                raise FormatParseError(f"GUI-R1 hotkey {input_text!r}: {e}", text, t_pos) from None
+                raise FormatParseError(f"GUI-R1 hotkey {shown(input_text)}: {e}", text, t_pos) from None
             kind = ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY
             return Action(kind, keys=keys)
         if name == "press_recent":

@@ -23,6 +23,7 @@ ignored, a list cut off mid-item keeps its complete items. ``strict_parse`` is t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from devices.actions import ActionKind
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import FormatParseError
-from policy.formats.base import Parsed, Prompt, make_action, model_point
+from policy.formats.base import Parsed, Prompt, check_output, make_action, model_point, shown
 from policy.formats.jsonscan import scan_json_list
 from policy.presets import ModelPreset
 
@@ -68,9 +69,10 @@ def strict_parse(text: str, think: bool = True) -> list[tuple[float, float]]:
     ``</think>``, with non-empty thinking and a non-empty answer after ``</think>``. Then the
     answer from the first ``[`` to its bracket-balanced ``]`` must decode to a list whose every
     item is an object whose ``point_2d`` is a list of two numbers. An empty list is valid (N = 0).
+    An integer too large for a float is, like JSON's ``1e999``, a number to this parser: it comes
+    back as an infinity, which no hit test accepts.
     """
-    if not isinstance(text, str):
-        raise FormatParseError(f"model output must be text, got {type(text).__name__}")
+    text = check_output(text)
     offset = 0
     if think:
         if not text.startswith(THINK_OPEN):
@@ -113,9 +115,17 @@ def strict_parse(text: str, think: bool = True) -> list[tuple[float, float]]:
         if not (isinstance(p, list) and len(p) == 2
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)):
             raise FormatParseError(f"item {i} is not {{\"point_2d\": [x, y]}} with two numbers: "
-                                   f"{json.dumps(item, ensure_ascii=False)[:80]}", text, start)
-        points.append((float(p[0]), float(p[1])))
+                                   f"{shown(item, as_json=True)}", text, start)
+        points.append((_float(p[0]), _float(p[1])))
     return points
+
+
+def _float(value: int | float) -> float:
+    """``float(value)``, with an integer too large for a float as the infinity of its sign."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf  # copysign would convert value to a float
 
 
 class InfiGuiG1Format:
@@ -144,8 +154,7 @@ class InfiGuiG1Format:
     def parse(
         self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
     ) -> Parsed:
-        if not isinstance(text, str):
-            raise FormatParseError(f"model output must be text, got {type(text).__name__}")
+        text = check_output(text)
         thought, offset = split_think(text)
         start = text.find("[", offset)
         if start < 0:
@@ -158,7 +167,7 @@ class InfiGuiG1Format:
         for i, (pos, item) in enumerate(scan.items):
             if not isinstance(item, dict) or "point_2d" not in item:
                 raise FormatParseError(f"item {i} must be an object with point_2d, got "
-                                       f"{json.dumps(item, ensure_ascii=False)[:80]}", text, pos)
+                                       f"{shown(item, as_json=True)}", text, pos)
             mp, point = model_point(space, item["point_2d"], f"item {i} point_2d", text, pos)
             points.append(mp)
             actions.append(make_action(text, pos, kind=ActionKind.CLICK, point=point))

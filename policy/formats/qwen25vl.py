@@ -61,7 +61,7 @@ from devices.keys import normalize_key
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import FormatParseError
-from policy.formats.base import Parsed, Prompt, make_action, model_point
+from policy.formats.base import Parsed, Prompt, as_float, check_output, make_action, model_point, shown
 from policy.formats.jsonscan import JsonError, decode_json, is_number, scan_json_list, skip_ws
 from policy.formats.qwen25vl_prompts import (
     COMPUTER_ACTIONS,
@@ -81,8 +81,10 @@ __all__ = ["Qwen25VLFormat"]
 
 _TOOL_CALL = re.compile(r"<tool_call>")
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?")
-_XML_POINT = re.compile(r"<points?\s+([^>]*?)>")
-_XML_ATTR = re.compile(r"([xy])(\d+)\s*=\s*\"\s*(-?[0-9.]+)\s*\"")
+# One \s, not \s+, before the attributes: \s+ followed by a class that also takes spaces backtracks
+# over every split of a long run of spaces; [^<>] stops at the next tag, so each search is bounded.
+_XML_POINT = re.compile(r"<points?\s([^<>]*)>")
+_XML_ATTR = re.compile(r"([xy])([0-9]+)\s*=\s*\"\s*(-?[0-9.]+)\s*\"")
 
 _ADB_KEYS = {"enter": "Enter", "del": "Backspace", "forward_del": "Delete", "tab": "Tab", "escape": "Escape",
              "space": "Space", "dpad_up": "ArrowUp", "dpad_down": "ArrowDown", "dpad_left": "ArrowLeft",
@@ -137,8 +139,7 @@ class Qwen25VLFormat:
               history: Sequence[HistoryEntry] | None = None) -> Parsed:
         """Actions from a reply. ``history`` (optional) gives the cursor position for clicks without
         a coordinate and drags; without it, the history of the latest ``build_prompt`` is used."""
-        if not isinstance(text, str):
-            raise FormatParseError(f"model output must be text, got {type(text).__name__}")
+        text = check_output(text)
         variant = self._variant(preset)
         if variant == "grounding":
             return self._parse_grounding(text, space)
@@ -178,7 +179,7 @@ class Qwen25VLFormat:
                 box = item["bbox_2d"]
                 if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(is_number(v) for v in box):
                     raise FormatParseError(f"bbox_2d must be [x1, y1, x2, y2] with four numbers, got "
-                                           f"{json.dumps(box, ensure_ascii=False)[:80]}", text, pos)
+                                           f"{shown(box, as_json=True)}", text, pos)
                 (xa, ya), pa = model_point(space, box[:2], "bbox_2d corner (x1, y1)", text, pos)
                 (xb, yb), pb = model_point(space, box[2:], "bbox_2d corner (x2, y2)", text, pos)
                 centre = ((xa + xb) / 2, (ya + yb) / 2)
@@ -190,7 +191,7 @@ class Qwen25VLFormat:
                 boxes.append(None)
                 points.append(mp)
             else:
-                raise FormatParseError(f"list item has neither bbox_2d nor point_2d (keys: {sorted(item)[:6]})",
+                raise FormatParseError(f"list item has neither bbox_2d nor point_2d (keys: {shown(sorted(item)[:6])})",
                                        text, pos)
             labels.append(item.get("label"))
             actions.append(make_action(text, pos, kind=ActionKind.CLICK, point=point))
@@ -202,16 +203,18 @@ class Qwen25VLFormat:
         for m in _XML_POINT.finditer(text):
             coords: dict[str, dict[str, float]] = {}
             for axis, idx, value in _XML_ATTR.findall(m.group(1)):
+                idx = idx.lstrip("0") or "0"  # x01 is x1; sorted as (length, digits): int() has a digit limit
                 try:
-                    coords.setdefault(idx, {})[axis] = float(value)
+                    coords.setdefault(idx, {})[axis] = float(value)  # float() of any length: at worst inf
                 except ValueError:
-                    raise FormatParseError(f"<points> attribute {axis}{idx} is not a number: {value!r}",
+                    raise FormatParseError(f"<points> attribute {axis}{idx[:12]} is not a number: {shown(value)}",
                                            text, m.start()) from None
-            for idx in sorted(coords, key=int):
+            for idx in sorted(coords, key=lambda i: (len(i), i)):
                 xy = coords[idx]
                 if set(xy) != {"x", "y"}:
-                    raise FormatParseError(f"<points> has x{idx} or y{idx} without the other", text, m.start())
-                mp, point = model_point(space, [xy["x"], xy["y"]], f"<points> x{idx}, y{idx}", text, m.start())
+                    raise FormatParseError(f"<points> has x{idx[:12]} or y{idx[:12]} without the other", text,
+                                           m.start())
+                mp, point = model_point(space, [xy["x"], xy["y"]], f"<points> x{idx[:12]}, y{idx[:12]}", text, m.start())
                 points.append(mp)
                 actions.append(make_action(text, m.start(), kind=ActionKind.CLICK, point=point))
         if not actions:
@@ -252,7 +255,8 @@ class Qwen25VLFormat:
         for pos, call in self._tool_calls(text, tool):
             name = call.get("name")
             if name != tool:
-                raise FormatParseError(f"unknown function {name!r}; the only tool is {tool!r}", text, pos)
+                raise FormatParseError(f"unknown function {shown(name)}; the only tool is {tool!r}", text,
+                                       pos)
             args = call.get("arguments")
             if isinstance(args, str):  # some servers pass the arguments as a JSON string
                 try:
@@ -260,9 +264,14 @@ class Qwen25VLFormat:
                 except (ValueError, RecursionError) as exc:
                     raise FormatParseError(f"the arguments string is not JSON: {exc}", text, pos) from None
             if not isinstance(args, dict):
-                raise FormatParseError(f"{tool} call needs an 'arguments' object, got {type(args).__name__}", text, pos)
+                raise FormatParseError(f"{tool} call needs an 'arguments' object, got {type(args).__name__}", text,
+                                       pos)
             if "action" not in args:
-                raise FormatParseError(f"{tool} arguments have no 'action' (keys: {sorted(args)[:6]})", text, pos)
+                raise FormatParseError(f"{tool} arguments have no 'action' (keys: {shown(sorted(args)[:6])})", text,
+                                       pos)
+            if not isinstance(args["action"], str):
+                raise FormatParseError(f"{tool} 'action' must be a string naming the action, got "
+                                       f"{shown(args['action'])}", text, pos)
             mapper = self._computer_action if tool == "computer_use" else self._mobile_action
             action, mps = mapper(args, space, text, pos, cursor)
             actions.append(action)
@@ -289,9 +298,7 @@ class Qwen25VLFormat:
             if default is None:
                 raise FormatParseError(f"action {action!r} needs {key!r}", text, pos)
             return default
-        if not is_number(value):
-            raise FormatParseError(f"{action} {key} must be a number, got {value!r}", text, pos)
-        return float(value)
+        return as_float(value, f"{action} {key}", text, pos)
 
     def _computer_action(self, args: dict[str, Any], space: ModelSpace, text: str, pos: int,
                          cursor: Point | None) -> tuple[Action, list[tuple[float, float]]]:
@@ -301,7 +308,7 @@ class Qwen25VLFormat:
         def at(required: bool) -> Point | None:
             if args.get("coordinate") is None:
                 if required:
-                    raise FormatParseError(f"action {name!r} needs 'coordinate'", text, pos)
+                    raise FormatParseError(f"action {shown(name)} needs 'coordinate'", text, pos)
                 return None
             mp, p = model_point(space, args["coordinate"], f"{name} coordinate", text, pos)
             mps.append(mp)
@@ -312,7 +319,7 @@ class Qwen25VLFormat:
             if p is not None:
                 return p
             if cursor is None:
-                raise FormatParseError(f"action {name!r} has no 'coordinate' and no earlier cursor position is known",
+                raise FormatParseError(f"action {shown(name)} has no 'coordinate' and no earlier cursor position is known",
                                        text, pos)
             mps.append(space.from_point(cursor))
             return cursor
@@ -336,14 +343,14 @@ class Qwen25VLFormat:
         if name == "type":
             value = self._need(args, "text", name, text, pos)
             if not isinstance(value, str):
-                raise FormatParseError(f"type text must be a string, got {value!r}", text, pos)
+                raise FormatParseError(f"type text must be a string, got {shown(value)}", text, pos)
             return make_action(text, pos, kind=ActionKind.TYPE, text=value), mps
         if name == "key":
             keys = self._need(args, "keys", name, text, pos)
             if isinstance(keys, str):
                 keys = [keys]
             if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
-                raise FormatParseError(f"key keys must be a non-empty list of key names, got {keys!r}", text, pos)
+                raise FormatParseError(f"key keys must be a non-empty list of key names, got {shown(keys)}", text, pos)
             if len(keys) == 1 and len(keys[0]) > 1 and "+" in keys[0]:
                 keys = [k for k in keys[0].split("+")]
             try:
@@ -366,7 +373,7 @@ class Qwen25VLFormat:
         if name == "terminate":
             return self._terminate(args, text, pos), mps
         valid = ", ".join(a for a, _ in COMPUTER_ACTIONS)
-        raise FormatParseError(f"unknown computer_use action {name!r}; valid actions: {valid}", text, pos)
+        raise FormatParseError(f"unknown computer_use action {shown(name)}; valid actions: {valid}", text, pos)
 
     def _mobile_action(self, args: dict[str, Any], space: ModelSpace, text: str, pos: int,
                        cursor: Point | None) -> tuple[Action, list[tuple[float, float]]]:
@@ -390,7 +397,7 @@ class Qwen25VLFormat:
         if name in ("type", "open"):
             value = self._need(args, "text", name, text, pos)
             if not isinstance(value, str):
-                raise FormatParseError(f"{name} text must be a string, got {value!r}", text, pos)
+                raise FormatParseError(f"{name} text must be a string, got {shown(value)}", text, pos)
             kind = ActionKind.TYPE if name == "type" else ActionKind.OPEN_APP
             return make_action(text, pos, kind=kind, text=value), mps
         if name == "system_button":
@@ -405,11 +412,11 @@ class Qwen25VLFormat:
             if b == "menu":
                 raise FormatParseError("system_button Menu is not supported: the unified action space has no "
                                        "app-switcher action", text, pos)
-            raise FormatParseError(f"unknown system_button {button!r}; valid: Back, Home, Menu, Enter", text, pos)
+            raise FormatParseError(f"unknown system_button {shown(button)}; valid: Back, Home, Menu, Enter", text, pos)
         if name == "key":
             value = self._need(args, "text", name, text, pos)
             if not isinstance(value, str) or not value.strip():
-                raise FormatParseError(f"key text must be an adb keyevent name, got {value!r}", text, pos)
+                raise FormatParseError(f"key text must be an adb keyevent name, got {shown(value)}", text, pos)
             key = value.strip().lower().removeprefix("keycode_")
             if key == "back":
                 return make_action(text, pos, kind=ActionKind.BACK), mps
@@ -419,7 +426,7 @@ class Qwen25VLFormat:
                 return make_action(text, pos, kind=ActionKind.KEY, keys=(_ADB_KEYS[key],)), mps
             if len(value.strip()) == 1:
                 return make_action(text, pos, kind=ActionKind.KEY, keys=(value.strip(),)), mps
-            raise FormatParseError(f"adb key {value!r} has no equivalent in the unified action space "
+            raise FormatParseError(f"adb key {shown(value)} has no equivalent in the unified action space "
                                    f"(supported: back, home, {', '.join(_ADB_KEYS)})", text, pos)
         if name == "wait":
             return make_action(text, pos, kind=ActionKind.WAIT,
@@ -427,7 +434,7 @@ class Qwen25VLFormat:
         if name == "terminate":
             return self._terminate(args, text, pos), mps
         valid = ", ".join(a for a, _ in MOBILE_ACTIONS)
-        raise FormatParseError(f"unknown mobile_use action {name!r}; valid actions: {valid}", text, pos)
+        raise FormatParseError(f"unknown mobile_use action {shown(name)}; valid actions: {valid}", text, pos)
 
     @staticmethod
     def _terminate(args: dict[str, Any], text: str, pos: int) -> Action:
@@ -436,4 +443,4 @@ class Qwen25VLFormat:
             return make_action(text, pos, kind=ActionKind.FINISH)
         if status == "failure":
             return make_action(text, pos, kind=ActionKind.INFEASIBLE, text="the model terminated with status failure")
-        raise FormatParseError(f"terminate status must be 'success' or 'failure', got {status!r}", text, pos)
+        raise FormatParseError(f"terminate status must be 'success' or 'failure', got {shown(status)}", text, pos)

@@ -26,7 +26,9 @@ Output
     of type/finished, which is taken up to the call's final quote and unescaped (``\\'``, ``\\"``,
     ``\\n``, ``\\t``, ``\\\\``; a bare quote inside is kept, as the reference parser does).
     Coordinates: ``'(x,y)'``, ``'<|box_start|>(x,y)<|box_end|>'``, ``'<point>x y</point>'``,
-    ``'[x1, y1, x2, y2]'``; two numbers are a point, four a box whose centre is used;
+    ``'[x1, y1, x2, y2]'``, written with the ASCII digits 0-9 (``\\d`` would also take other scripts'
+    digits, such as Arabic-Indic ones, which no UI-TARS answer uses); two numbers are a point, four a
+    box whose centre is used;
     ``point=``/``start_point=`` mean ``start_box=`` and ``end_point=`` means ``end_box=``.
 
 Action mapping (UI-TARS -> unified)
@@ -57,9 +59,10 @@ from devices.actions import Action, ActionKind, Point
 from devices.errors import InvalidAction
 from devices.keys import normalize_key
 from policy.base import HistoryEntry
-from policy.coords import ModelSpace
+from policy.coords import ModelSpace, number_text
 from policy.errors import CoordinateError, FormatParseError
-from policy.formats.base import Parsed, Prompt
+from policy.formats.base import Parsed, Prompt, check_output, shown
+from policy.formats.positions import SourcePositions
 from policy.formats.uitars_prompts import PROMPTS, SYSTEM_PROMPT
 from policy.presets import ModelPreset
 
@@ -74,7 +77,7 @@ ACTIONS = frozenset({*POINTED, "drag", "hotkey", "type", "scroll", "wait", "fini
                      "press_home", "press_back", "open_app"})
 _BOX_ALIASES = {"start_box": "start_box", "point": "start_box", "start_point": "start_box",
                 "end_box": "end_box", "end_point": "end_box"}
-_NUM = r"-?\d+(?:\.\d+)?"
+_NUM = r"-?[0-9]+(?:\.[0-9]+)?"
 _TOKENS = re.compile(r"<\|box_start\|>|<\|box_end\|>|</?point>|</?bbox>")
 _BLANK = re.compile(r"\n[ \t\r]*\n")
 
@@ -120,14 +123,6 @@ def _unescape(raw: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
-
-
-def _char_pos(src: str, node: ast.AST) -> int:
-    """Character offset in ``src`` of an AST node (whose col_offset counts UTF-8 bytes)."""
-    lines = src.splitlines(keepends=True) or [""]
-    idx = min(max(getattr(node, "lineno", 1) - 1, 0), len(lines) - 1)
-    col = getattr(node, "col_offset", 0)
-    return sum(len(line) for line in lines[:idx]) + len(lines[idx].encode("utf-8")[:col].decode("utf-8", "ignore"))
 
 
 class UiTarsFormat:
@@ -211,8 +206,7 @@ class UiTarsFormat:
     def parse(
         self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
     ) -> Parsed:
-        if not isinstance(text, str):
-            raise FormatParseError(f"model output must be a string, got {type(text).__name__}")
+        text = check_output(text)
         variant = _variant(preset)
         idx = text.rfind("Action:")
         thought: str | None = None
@@ -280,7 +274,7 @@ class UiTarsFormat:
         name = m.group(1)
         if name not in ACTIONS:
             raise FormatParseError(
-                f"unknown UI-TARS action {name!r}; known actions: {', '.join(sorted(ACTIONS))}", text, off
+                f"unknown UI-TARS action {shown(name)}; known actions: {', '.join(sorted(ACTIONS))}", text, off
             )
         if not seg.endswith(")"):
             raise FormatParseError(f"UI-TARS {name}(...) call is not closed with ')'", text, off + len(seg))
@@ -307,28 +301,29 @@ class UiTarsFormat:
 
     @staticmethod
     def _ast_kwargs(src: str, name: str, text: str, off: int, shift: int) -> dict[str, tuple[Any, int]]:
+        positions = SourcePositions(src, off)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(src, mode="eval")
         except SyntaxError as e:
-            lines = src.splitlines(keepends=True) or [""]
-            li = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)
-            at = min(sum(len(x) for x in lines[:li]) + max((e.offset or 1) - 1, 0), len(src))
-            raise FormatParseError(f"UI-TARS {name}(...) is not a valid call: {e.msg}", text, off + at) from None
-        except (ValueError, MemoryError, RecursionError) as e:
-            raise FormatParseError(f"UI-TARS {name}(...) cannot be read: {e}", text, off) from None
+            msg = e.msg if len(e.msg) <= 200 else e.msg[:200] + "..."
+            raise FormatParseError(f"UI-TARS {name}(...) is not a valid call: {msg}", text,
+                                   positions.syntax_error(e)) from None
+        except (ValueError, MemoryError, RecursionError) as e:  # a NUL or lone surrogate, a nest too deep
+            raise FormatParseError(f"UI-TARS {name}(...) cannot be read: {type(e).__name__}: {str(e)[:200]}",
+                                   text, off) from None
         call = tree.body
         if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
             raise FormatParseError(f"UI-TARS action must be one call like {name}(...)", text, off)
         if call.args:
             raise FormatParseError(
                 f"UI-TARS {name}(...) takes keyword arguments only (like start_box='(x,y)')", text,
-                off + _char_pos(src, call.args[0]),
+                positions.node(call.args[0]),
             )
         out: dict[str, tuple[Any, int]] = {}
         for kw in call.keywords:
-            at = off + _char_pos(src, kw.value)
+            at = positions.node(kw.value)
             if kw.arg is None:
                 raise FormatParseError(f"UI-TARS {name}(...) uses ** unpacking", text, at)
             if not isinstance(kw.value, ast.Constant) or not isinstance(kw.value.value, (str, int, float)) \
@@ -345,13 +340,13 @@ class UiTarsFormat:
         value: Any, text: str, at: int, space: ModelSpace, what: str
     ) -> tuple[Point | None, tuple[float, float]]:
         if not isinstance(value, str):
-            raise FormatParseError(f"UI-TARS {what} must be a string like '(x,y)', got {value!r}", text, at)
+            raise FormatParseError(f"UI-TARS {what} must be a string like '(x,y)', got {shown(value)}", text, at)
         stripped = _TOKENS.sub(" ", value)
         nums = re.findall(_NUM, stripped)
         rest = re.sub(_NUM, "", stripped)
         if re.search(r"[^\s()\[\],]", rest) or len(nums) not in (2, 4):
             raise FormatParseError(
-                f"UI-TARS {what} {value!r} is not '(x,y)', '<point>x y</point>' or a 4-number box", text, at
+                f"UI-TARS {what} {shown(value)} is not '(x,y)', '<point>x y</point>' or a 4-number box", text, at
             )
         v = [float(n) for n in nums]
         x, y = (v[0], v[1]) if len(v) == 2 else ((v[0] + v[2]) / 2, (v[1] + v[3]) / 2)
@@ -408,7 +403,7 @@ class _Call:
         for k in (key, *alts):
             if k in self.kwargs:
                 value, at = self.kwargs[k]
-                return (value if isinstance(value, str) else str(value)), at
+                return (value if isinstance(value, str) else number_text(value)), at
         return "", self.off
 
 
@@ -423,12 +418,12 @@ def _press_time(call: _Call) -> float | None:
     raw, at = call.string("time", "duration")
     if not raw.strip():
         return None
-    m = re.fullmatch(r"\s*(" + _NUM + r")\s*s?\s*", raw)
+    m = re.fullmatch(r"\s*(" + _NUM + r")\s*(?:s\s*)?", raw)  # no two \s* side by side: no backtracking
     if not m:
-        raise FormatParseError(f"UI-TARS long_press time {raw!r} is not a number of seconds", call.text, at)
+        raise FormatParseError(f"UI-TARS long_press time {shown(raw)} is not a number of seconds", call.text, at)
     duration = float(m.group(1))
     if not 0 <= duration <= 600:
-        raise FormatParseError(f"UI-TARS long_press time {raw!r} is outside 0-600 s", call.text, at)
+        raise FormatParseError(f"UI-TARS long_press time {shown(raw)} is outside 0-600 s", call.text, at)
     return duration
 
 
@@ -446,7 +441,7 @@ def _scroll(call: _Call) -> Mapped:
     d = direction.strip().lower()
     if d not in ("up", "down", "left", "right"):
         raise FormatParseError(
-            f"UI-TARS scroll direction must be up, down, left or right, got {direction!r}", call.text, at
+            f"UI-TARS scroll direction must be up, down, left or right, got {shown(direction)}", call.text, at
         )
     point = start[0] if start else None
     mpts = [start[1]] if start and start[0] is not None else []
@@ -468,7 +463,7 @@ def _hotkey(call: _Call) -> Mapped:
     try:
         keys = tuple(normalize_key(p) for p in parts)
     except InvalidAction as e:
-        raise FormatParseError(f"UI-TARS hotkey {keys_text!r}: {e}", call.text, at) from None
+        raise FormatParseError(f"UI-TARS hotkey {shown(keys_text)}: {e}", call.text, at) from None
     return Action(ActionKind.KEY if len(keys) == 1 else ActionKind.HOTKEY, keys=keys), [], call.name
 
 
