@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from typing import Any
 
 from devices.desktop.config import DesktopConfig
@@ -119,9 +120,23 @@ class Keyboard:
                     f"xclip could not set the clipboard on {self.display} (exit {proc.returncode}); "
                     "try desktop.typing = 'xdotool'"
                 )
+            self._await_clipboard(text, env)
             self.press(self.config.paste_keys, hotkey=True)
         else:
             self.pg.write(text)
+
+    def _await_clipboard(self, text: str, env: dict[str, str]) -> None:
+        """Wait until the clipboard holds ``text``: the xclip that serves it runs in the background, and a paste
+        sent before it owns the selection would paste the previous text (seen under load)."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            out = subprocess.run(["xclip", "-selection", "clipboard", "-out"], env=env, capture_output=True, timeout=5)
+            if out.returncode == 0 and out.stdout == text.encode():
+                return
+            if time.monotonic() > deadline:
+                raise DeviceError(f"the clipboard on {self.display} did not take the text within 2 s; "
+                                  "try desktop.typing = 'xdotool'")
+            time.sleep(0.02)
 
     def press(self, keys: tuple[str, ...], hotkey: bool) -> None:
         """Press one key (``hotkey`` False: the first of ``keys``) or a combination."""
