@@ -15,20 +15,29 @@ Two variants per reward:
 
 The names a training config gives these functions are in ``train.reward_registry``.
 
-A response that does not parse is never an exception: it scores the format
-failure value. Malformed *ground truth* is a caller bug and raises ``ValueError``.
+A response that does not parse is never an exception: every response text
+scores a finite float, the format failure value when it does not parse, in time
+that grows linearly with its length (quadratically with the number of points for
+the collinear test). A response longer than ``MAX_OUTPUT_CHARS`` (the parsers'
+limit) is a format failure; a number too large for a float is a number that
+misses every target. Malformed *ground truth* is a caller bug and raises
+``ValueError``.
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
+import decimal
 import json
 import math
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
+
+from policy.formats.base import MAX_OUTPUT_CHARS
 
 Variant = Literal["code", "paper"]
 BoxXYXY = tuple[float, float, float, float]
@@ -46,7 +55,25 @@ class RewardResult:
 
 
 def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number: any int (``math.isfinite`` cannot take one too large for a float), a finite float."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
+
+
+def _as_float(v: float) -> float:
+    """``float(v)``, with an integer too large for a float as the infinity of its sign."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def _unreadable(response: object) -> str:
+    """Why a response is not read at all ("" when it is): not text, or longer than the parsers read."""
+    if not isinstance(response, str):
+        return f"response is not text but {type(response).__name__}"
+    if len(response) > MAX_OUTPUT_CHARS:
+        return f"response of {len(response):,} characters is longer than the reward reads ({MAX_OUTPUT_CHARS:,})"
+    return ""
 
 
 def _check_variant(variant: str) -> None:
@@ -92,17 +119,27 @@ def _first_balanced_list(text: str) -> str | None:
     return None
 
 
+def _json_int(digits: str) -> int:
+    """JSON's integers without ``int(str)``'s 4,300-digit limit (Decimal has none): 5,000 digits are a
+    number too, one that misses every box."""
+    try:
+        return int(digits)
+    except ValueError:
+        return int(decimal.Decimal(digits))
+
+
 def parse_point_list(answer: str) -> list[tuple[float, float]] | None:
     """The ``[{"point_2d": [x, y]}, ...]`` list in ``answer``, or None if malformed.
 
-    Every item must be a dict with a ``point_2d`` of exactly two finite numbers;
-    one bad item rejects the whole list (the reward parser is all-or-nothing).
+    Every item must be a dict with a ``point_2d`` of exactly two finite numbers
+    (integers of any size are finite; JSON's ``1e999`` is not); one bad item
+    rejects the whole list (the reward parser is all-or-nothing).
     """
     snippet = _first_balanced_list(answer)
     if snippet is None:
         return None
     try:
-        data = json.loads(snippet)
+        data = json.loads(snippet, parse_int=_json_int)
     except (ValueError, RecursionError):
         return None
     if not isinstance(data, list):
@@ -120,6 +157,8 @@ def parse_point_list(answer: str) -> list[tuple[float, float]] | None:
 
 def _gated_points(response: str, think: bool) -> tuple[list[tuple[float, float]] | None, str]:
     """The answer's points after the think gate (when ``think``), or None and why not."""
+    if reason := _unreadable(response):
+        return None, reason
     answer = response
     if think:
         answer, reason = _think_gate(response)
@@ -133,15 +172,62 @@ def _gated_points(response: str, think: bool) -> tuple[list[tuple[float, float]]
 
 def is_collinear(points: Sequence[tuple[float, float]]) -> bool:
     """True if any three points lie on one line (N >= 3 only; a repeated point
-    makes every triple containing it collinear). Exact for integers."""
-    if len(points) < 3:
+    makes every triple containing it collinear). Exact for integers (of any
+    size); for floats, (y2 - y1)(x3 - x1) and (y3 - y1)(x2 - x1) equal within
+    ``math.isclose``'s relative tolerance, as in the released code.
+
+    O(N^2) directions instead of the O(N^3) triples the released code tries:
+    the triple i < j < k is collinear when the directions from i to j and from
+    i to k are parallel, so for each i only the directions to the later points
+    are compared: exactly, by a set of directions reduced by their gcd, for
+    integers; for floats, by neighbours in slope order (parallel within the
+    tolerance means adjacent slopes within it), O(N^2 log N).
+    """
+    pts = [(x, y) for x, y in points]
+    if len(pts) < 3:
         return False
-    for (x1, y1), (x2, y2), (x3, y3) in itertools.combinations(points, 3):
-        lhs, rhs = (y2 - y1) * (x3 - x1), (y3 - y1) * (x2 - x1)
-        if lhs == rhs:
-            return True
-        if not (isinstance(lhs, int) and isinstance(rhs, int)) and math.isclose(lhs, rhs):
-            return True
+    if len(set(pts)) < len(pts):
+        return True
+    if all(type(v) is int for p in pts for v in p):
+        return _collinear_integers(pts)
+    try:
+        floats = [(float(x), float(y)) for x, y in pts]
+    except OverflowError:  # an integer beyond floats among floats: exact fractions instead
+        exact = [(Fraction(x), Fraction(y)) for x, y in pts if all(_is_number(v) for v in (x, y))]
+        return _collinear_sorted(exact, lambda a, b: abs(a - b) <= Fraction(1, 10**9) * max(abs(a), abs(b)))
+    return _collinear_sorted(floats, math.isclose)
+
+
+def _collinear_integers(pts: list[tuple[int, int]]) -> bool:
+    gcd = math.gcd
+    for i, (xi, yi) in enumerate(pts[:-2]):
+        seen = set()
+        for x, y in pts[i + 1:]:
+            dx, dy = x - xi, y - yi
+            g = gcd(dx, dy)  # > 0: the points are distinct
+            dx, dy = dx // g, dy // g
+            if dx < 0 or (dx == 0 and dy < 0):
+                dx, dy = -dx, -dy
+            if (dx, dy) in seen:
+                return True
+            seen.add((dx, dy))
+    return False
+
+
+def _collinear_sorted(pts: Sequence[tuple[Any, Any]], close: Callable[[Any, Any], bool]) -> bool:
+    """Floats (or Fractions): the directions from each point to the later ones, turned into the half
+    plane dx > 0 (or dx = 0, dy > 0) and sorted by slope; parallel ones are then neighbours."""
+    for i, (xi, yi) in enumerate(pts[:-2]):
+        directions = []
+        for x, y in pts[i + 1:]:
+            dx, dy = x - xi, y - yi
+            if dx < 0 or (dx == 0 and dy < 0):
+                dx, dy = -dx, -dy
+            directions.append((dy / dx if dx else math.inf, dx, dy))
+        directions.sort()
+        for (_, ax, ay), (_, bx, by) in zip(directions, directions[1:]):
+            if close(ay * bx, by * ax):  # the released test with i as (x1, y1)
+                return True
     return False
 
 
@@ -185,8 +271,9 @@ def aepo_reward(
     any point, negative sample       1 - 1/N (miss)    same
     ===============================  ================  ==================
 
-    ``collinear_penalty=False`` is the paper's ablation: a collinear list is scored like any other (and
-    ``info["is_collinear"]`` still says it was collinear), which lets a policy list ever more points.
+    ``collinear_penalty=False`` is the paper's ablation: a collinear list is scored like any other, which lets
+    a policy list ever more points. The collinear test is then not run at all (it is the reward's only
+    super-linear step) and ``info["is_collinear"]`` is None: not tested.
 
     The paper leaves R_acc undefined when the answer does not parse; we use -1
     there too (the released value), so a malformed answer is never better than a
@@ -220,9 +307,8 @@ def aepo_reward(
     n = len(points)
     info["num_pred"] = n
 
-    if is_collinear(points):
-        info["is_collinear"] = True
-    if info["is_collinear"] and collinear_penalty:
+    info["is_collinear"] = is_collinear(points) if collinear_penalty else None
+    if info["is_collinear"]:
         info["format_ok"] = variant == "paper"
         fmt = 1.0 if variant == "paper" else 0.0
         return RewardResult(fmt - 1.0, {"format": fmt, "accuracy": -1.0}, info)
@@ -249,9 +335,8 @@ def aepo_reward(
 # GUI-R1
 # ---------------------------------------------------------------------------
 
-_FORMAT_RE = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-# Released regexes: \w+ so 'close/delete' never matches; \d+ so negative points never match.
+_SPACES = re.compile(r"\s*")
+# Released regexes (their \d also takes other scripts' digits, as the released code does): \w+ so 'close/delete' never matches; \d+ so negative points never match.
 _ACTION_RE = {"code": re.compile(r"'action':\s*'(\w+)'"), "paper": re.compile(r"'action':\s*'([^']+)'")}
 _TEXT_RE = re.compile(r"'input_text':\s*'(.*?)'")
 _POINT_RE = {
@@ -283,17 +368,49 @@ def token_f1(pred: str, gt: str) -> float:
 
 
 def _answer_text(response: str) -> str | None:
-    m = _ANSWER_RE.search(response)
-    return m.group(1) if m else None
+    """What the released ``<answer>(.*?)</answer>`` search finds: from the first ``<answer>`` to the
+    first ``</answer>`` after it (if the first has none, no later one has)."""
+    start = response.find("<answer>")
+    if start < 0:
+        return None
+    end = response.find("</answer>", start + len("<answer>"))
+    return None if end < 0 else response[start + len("<answer>"):end]
+
+
+def _tags_ok(response: str) -> bool:
+    """Whether the released format regex ``<think>.*?</think>\\s*<answer>.*?</answer>`` (DOTALL) matches
+    the whole response, decided in one pass instead of by backtracking (which took seconds on 100 KiB):
+    it does when some ``</think>`` after the opening tag is followed by spaces and ``<answer>``, and that
+    ``<answer>`` ends before the closing ``</answer>``; the first such ``</think>`` is the best one."""
+    if not (response.startswith("<think>") and response.endswith("</answer>")):
+        return False
+    last = len(response) - len("</answer>")
+    pos = len("<think>")
+    while (close := response.find("</think>", pos)) >= 0:
+        pos = close + len("</think>")  # "</think>" cannot overlap itself
+        start = _SPACES.match(response, pos).end()  # type: ignore[union-attr]  # \s* always matches
+        if response.startswith("<answer>", start):
+            return start + len("<answer>") <= last
+    return False
+
+
+def _literal(answer: str) -> Any:
+    """``ast.literal_eval`` without the warnings compiling prints (invalid escapes such as ``'\\d'``,
+    "perhaps you missed a comma?"): a model's text is data, and training logs are not for its typos."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.literal_eval(answer)
 
 
 def guir1_format_ok(response: str) -> tuple[bool, str]:
     """R_f of GUI-R1: tags, a literal list of action dicts, and per-action text rules."""
-    if not _FORMAT_RE.fullmatch(response):
+    if reason := _unreadable(response):
+        return False, reason
+    if not _tags_ok(response):
         return False, "not <think>...</think> <answer>...</answer>"
     answer = _answer_text(response) or ""
     try:
-        data = ast.literal_eval(answer.strip())
+        data = _literal(answer.strip())
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False, "answer is not a Python literal"
     if not isinstance(data, list) or not data:
@@ -315,7 +432,15 @@ def guir1_format_ok(response: str) -> tuple[bool, str]:
     return True, ""
 
 
-def _point_hits(point: tuple[int, int], gt: Sequence[float]) -> tuple[bool, float | None]:
+def _pixel(digits: str) -> float:
+    """A coordinate the released point regex read: its int, or the infinity of its sign past 300 digits
+    (``int()`` stops at 4,300 and a float at about 308; either way it misses every target)."""
+    if len(digits.lstrip("-").lstrip("0")) > 300:
+        return -math.inf if digits.startswith("-") else math.inf
+    return int(digits)
+
+
+def _point_hits(point: tuple[float, float], gt: Sequence[float]) -> tuple[bool, float | None]:
     """Released click test: 2 numbers = point, hit if distance < 140 px; 4 = box, hit if strictly inside."""
     x, y = point
     if len(gt) == 2:
@@ -367,14 +492,14 @@ def guir1_reward(
 
     fmt_ok, fmt_error = guir1_format_ok(response)
     fmt = 1.0 if fmt_ok else 0.0
-    source = _answer_text(response)
+    source = "" if _unreadable(response) else _answer_text(response)
     source = response if source is None else source
     m = _ACTION_RE[variant].search(source)
     pred_action = m.group(1).lower() if m else None
     m = _TEXT_RE.search(source)
     pred_text = m.group(1) if m else ""
     m = _POINT_RE[variant].search(source)
-    pred_point = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    pred_point = (_pixel(m.group(1)), _pixel(m.group(2))) if m else (0, 0)
 
     action_ok = pred_action == gt_action
     info: dict[str, Any] = {
@@ -483,7 +608,7 @@ def distance_reward(
         info["has_correct"] = acc == 1.0
         return RewardResult(1.0 + acc, {"format": 1.0, "accuracy": acc}, info)
 
-    x, y = points[0]
+    x, y = _as_float(points[0][0]), _as_float(points[0][1])
     d = distance_to_box(x, y, gt)
     d_norm = d / math.hypot(image_size[0], image_size[1])
     info.update(distance_px=d, distance=d_norm)
