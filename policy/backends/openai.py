@@ -377,7 +377,7 @@ class OpenAIBackend:
             raise BackendError(f"{self.base_url} answered without 'choices' (keys: {sorted(body)}); "
                                "the server answered garbage")
         samples = []
-        for choice in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
+        for choice in sorted(choices, key=_choice_index):
             message = choice.get("message") if isinstance(choice, dict) else None
             text = message.get("content") if isinstance(message, dict) else None
             if not isinstance(text, str):
@@ -391,13 +391,17 @@ class OpenAIBackend:
         return samples, prompt_tokens if isinstance(prompt_tokens, int) else None, str(body.get("model") or "")
 
     def _read_logprobs(self, choice: dict[str, Any]) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
+        """Token ids and logprobs of a choice; a logprob that is not a number or a token id that is not a
+        non-negative integer is the server answering garbage (BackendError), never a TypeError here."""
         content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
         logprobs = None
         ids: list[int] = []
         if isinstance(content, list) and all(isinstance(t, dict) and "logprob" in t for t in content):
-            logprobs = tuple(float(t["logprob"]) for t in content)
-            tokens = [str(t.get("token", "")) for t in content]
-            if tokens and all(t.startswith("token_id:") and t[9:].isdigit() for t in tokens):
+            logprobs = tuple(self._logprob(t["logprob"]) for t in content)
+            tokens = [t.get("token") for t in content]
+            # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+            if tokens and all(isinstance(t, str) and t.startswith("token_id:") and t[9:].isascii()
+                              and t[9:].isdigit() for t in tokens):
                 ids = [int(t[9:]) for t in tokens]
             if self.logprobs_supported is None:
                 self.logprobs_supported = True
@@ -405,11 +409,28 @@ class OpenAIBackend:
             log.info("%s returned no logprobs; samples will have logprobs=None", self.base_url)
             self.logprobs_supported = False
         if not ids and isinstance(choice.get("token_ids"), list):
-            ids = [int(t) for t in choice["token_ids"]]
+            ids = [self._token_id(t) for t in choice["token_ids"]]
         if logprobs is not None and ids and len(ids) != len(logprobs):
             log.warning("%s gave %d token ids but %d logprobs; dropping the ids", self.base_url, len(ids), len(logprobs))
             ids = []
         return tuple(ids), logprobs
+
+    def _logprob(self, value: Any) -> float:
+        try:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError
+            return float(value)
+        except (TypeError, OverflowError):
+            raise BackendError(f"{self.base_url} answered a logprob that is not a number: {str(value)[:40]}; "
+                               "the server answered garbage") from None
+
+    def _token_id(self, value: Any) -> int:
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+            return int(value)  # as int() read them before; a JSON integer is what vLLM sends
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BackendError(f"{self.base_url} answered a token id that is not a non-negative integer: "
+                               f"{str(value)[:40]}; the server answered garbage")
+        return value
 
     # -- image-token check ----------------------------------------------------------------------
 
@@ -448,6 +469,12 @@ class OpenAIBackend:
             "that does not spend 28x28 px per token.",
             self.base_url, " + ".join(f"{w}x{h}" for w, h in sizes), expected, measured,
         )
+
+
+def _choice_index(choice: Any) -> int:
+    """A choice's ``index`` for ordering the samples (0 when it has none or it is not an integer)."""
+    index = choice.get("index", 0) if isinstance(choice, dict) else 0
+    return index if isinstance(index, int) and not isinstance(index, bool) else 0
 
 
 def _error_text(text: str) -> str:
