@@ -173,8 +173,10 @@ class RecordConfig:
     """Folder that receives one sub-folder per run."""
     frame_format: str = "png"
     """Stored frame encoding: png (lossless, the exact frame the policy saw) or jpeg (smaller)."""
-    fsync: bool = False
-    """fsync every step to disk (survives power loss, costs a few ms per step)."""
+    fsync: bool = True
+    """fsync every frame, step line and folder to disk before the next step (survives power loss; about 1 ms per
+    step on an SSD, docs/benchmarks.md). false: steps are only flushed (a crash of the process still loses at most
+    the step in flight)."""
 
     def __post_init__(self) -> None:
         if self.frame_format not in ("png", "jpeg"):

@@ -23,7 +23,7 @@ from agent.episode import PHASES
 from agent.eval import wilson_interval
 from agent.summary import describe_action
 from envs.records import Outcome, StepRecord
-from envs.trajectory import Episode, iter_episodes
+from envs.trajectory import Episode, EpisodeState, iter_episodes
 
 PHASE_ORDER = ("reset", "start", *(p for p in PHASES if p != "reset"))
 """The runner's phases; ``start`` is the name runs before the one runner gave the device's start (still read)."""
@@ -37,7 +37,8 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:
 th:first-child,td:first-child{text-align:left}th{background:#eee}tr.overall td{font-weight:bold}
 .episode{background:#fff;border:1px solid #ddd;border-radius:6px;margin:12px 0;padding:8px 12px}
 .episode>summary{cursor:pointer}.o-success{color:#1a7f37}.o-failure,.o-aborted{color:#c62828}
-.o-truncated,.o-infeasible,.o-interrupted{color:#b26a00}.o-claimed{color:#2e7d32}
+.o-truncated,.o-infeasible,.o-interrupted{color:#b26a00}.o-claimed{color:#2e7d32}.o-crashed{color:#c62828;font-weight:bold}
+.o-running{color:#1565c0}
 .steps{display:flex;flex-direction:column;gap:14px;margin-top:10px}
 .step{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:12px;border-top:1px solid #eee;padding-top:8px}
 .frame{position:relative;line-height:0}.frame img{width:100%;height:auto;display:block;border:1px solid #999}
@@ -74,6 +75,11 @@ def _env_name(episode: Episode) -> str:
     env = episode.record.env or {}
     name = env.get("name") if isinstance(env, dict) else None
     return str(name) if name else "(no env)"
+
+
+def _outcome(episode: Episode) -> str:
+    """The outcome, or for an episode without one whether it is running or crashed."""
+    return episode.record.outcome.value if episode.record.outcome else episode.state.value
 
 
 def _suite(name: str) -> str:
@@ -172,7 +178,7 @@ def _success_tables(episodes: list[Episode]) -> str:
             lo, hi = wilson_interval(wins, n)
             counts: dict[str, int] = defaultdict(int)
             for e in eps:
-                counts[e.record.outcome.value if e.record.outcome else "unfinished"] += 1
+                counts[_outcome(e)] += 1
             mean_steps = statistics.fmean(len(e.steps) for e in eps) if n else 0.0
             cls = ' class="overall"' if name == "overall" else ""
             out.append(f'<tr{cls}><td>{_e(name)}</td><td>{n}</td><td>{wins}</td><td>{wins / n:.0%}</td>'
@@ -265,7 +271,7 @@ def _step_html(ep: Episode, step: StepRecord, rel: str, lazy: bool) -> str:
 
 def _episode_html(ep: Episode, run_dir: Path, lazy: bool, open_: bool) -> str:
     r = ep.record
-    outcome = r.outcome.value if r.outcome else "unfinished"
+    outcome = _outcome(ep)
     rel = ep.path.relative_to(run_dir).as_posix() if ep.path.is_relative_to(run_dir) else ep.path.as_posix()
     env = r.env or {}
     seed = env.get("seed") if isinstance(env, dict) else None
@@ -283,7 +289,12 @@ def _episode_html(ep: Episode, run_dir: Path, lazy: bool, open_: bool) -> str:
         lines.append(f'<div class="dim">policy: {_e(json.dumps(r.policy, ensure_ascii=False)[:200])}</div>')
     if r.timings:
         lines.append(f'<div class="dim">timings: {_e(", ".join(f"{k} {v:.3f} s" for k, v in r.timings.items()))}</div>')
-    if ep.truncated_tail:
+    if ep.state is EpisodeState.CRASHED:
+        lines.append('<div class="bad">crashed: the process writing this episode died before it ended; its finished '
+                     'steps are below</div>')
+    elif ep.state is EpisodeState.RUNNING:
+        lines.append('<div class="dim">running: a live process is still writing this episode</div>')
+    if ep.truncated_tail and ep.state is not EpisodeState.RUNNING:
         lines.append('<div class="bad">the last step was cut off when the process died</div>')
     steps = "".join(_step_html(ep, s, rel, lazy) for s in ep.steps)
     return (f'<details class="episode" data-outcome="{_e(outcome)}" data-episode="{_e(r.episode_id)}"{" open" if open_ else ""}>'

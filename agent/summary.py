@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.episode import PHASES
 from envs.records import EpisodeRecord, Outcome, StepRecord
-from envs.trajectory import Episode
+from envs.trajectory import Episode, EpisodeState
 
 OUTCOME_STYLE = {
     Outcome.SUCCESS: "bold green", Outcome.CLAIMED: "green", Outcome.FAILURE: "bold red",
@@ -79,13 +79,20 @@ def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> No
 
 def print_episode(console: Any, episode: Episode) -> None:
     record = episode.record
-    outcome = record.outcome.value if record.outcome else "unfinished"
+    outcome = record.outcome.value if record.outcome else episode.state.value  # running or crashed
     console.print(f"[bold]{record.run_id}/{record.episode_id}[/]  {outcome}  task: {record.task}", soft_wrap=True)
     if record.reason:
         console.print(f"  reason: {record.reason.get('type')}: {record.reason.get('message')}", soft_wrap=True)
     for step in episode.steps:
         print_step(console, step)
-    if episode.truncated_tail:
+    done = f"{len(episode.steps)} finished step{'s' if len(episode.steps) != 1 else ''}"
+    if episode.state is EpisodeState.RUNNING:
+        console.print(f"  [cyan]running[/]: a live process is still writing this episode ({done} so far)",
+                      soft_wrap=True)
+    elif episode.state is EpisodeState.CRASHED:
+        console.print(f"  [bold red]crashed[/]: the process writing this episode died before it ended; {done} kept",
+                      soft_wrap=True)
+    if episode.truncated_tail and episode.state is not EpisodeState.RUNNING:
         console.print("  [yellow]the last step was cut off when the process died[/]")
     decide = [s.latency.get("decide", 0.0) for s in episode.steps]
     if decide:

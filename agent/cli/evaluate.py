@@ -2,7 +2,8 @@
 a grounding dataset (``--suite screenspot --data FILE``).
 
 A model or OCR policy is built once and shared by every episode (one model in memory, one HTTP client); its
-backend is closed when the evaluation ends, however it ends (done, error, Ctrl-C).
+backend is closed when the evaluation ends, however it ends (done, error, Ctrl-C). SIGTERM and SIGHUP stop it like
+Ctrl-C: the episodes in flight end as interrupted, and the exit code is 128 + the signal's number (``agent.signals``).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
     """Run the episodes, print each outcome as it comes, then the success table; write report.html."""
     from agent.eval import evaluate, format_table
     from agent.report import build_report
+    from agent.signals import StopSignals, exit_code
 
     console = make_console()
     done = {"n": 0}
@@ -115,7 +117,17 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
         outcome = result.record.outcome.value if result.record.outcome else "?"
         console.print(f"  [{done['n']}/{total}] {result.env} seed {result.seed}: {outcome}", highlight=False)
 
+    stopped_by: list[int] = []  # the signal that stopped the evaluation, if one did
+
     async def run() -> Any:
+        main = asyncio.current_task()
+
+        def on_stop(signum: int) -> None:
+            stopped_by.append(signum)
+            if main is not None:
+                main.cancel()  # the runner records each episode in flight as interrupted
+
+        StopSignals(on_stop).install()
         try:
             return await evaluate(names, factory, episodes=args.episodes, parallel=args.parallel,
                                   runs_dir=cfg.record.runs_dir, seed=args.seed, max_steps=args.max_steps,
@@ -125,9 +137,9 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
 
     try:
         result = asyncio.run(run())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]interrupted[/]")
-        return EXIT_INTERRUPTED
+        return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
     console.print(format_table(result))
     report = build_report(result.run_dir)
     console.print(f"trajectories: [bold]{result.run_dir}[/]   report: [bold]{report}[/]", soft_wrap=True)

@@ -2,7 +2,8 @@
 
 Everything the run needs (config, task, start page, policy, guard, run folder) is resolved before the device
 starts, so bad input ends with exit code 2 and nothing half-started. The episode ends with exit code 0 (success or
-claimed), 1 (failure, infeasible, truncated, aborted) or 130 (Ctrl-C).
+claimed), 1 (failure, infeasible, truncated, aborted), or 128 + the signal's number when Ctrl-C (130), SIGTERM (143)
+or SIGHUP (129) stopped it: each ends the episode as interrupted (``agent.signals``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ FLAG_KEYS = (("url", "device.url"), ("model", "model.id"), ("fmt", "model.format
 def add_parser(sub: Any) -> None:
     run = sub.add_parser(NAME, help="run one task on a device until it is done", description=(
         "Observe, decide, act, settle and record until the policy finishes, declares the task "
-        "infeasible, the step budget runs out, an error occurs or Ctrl-C. Without --url the "
+        "infeasible, the step budget runs out, an error occurs, or Ctrl-C, SIGTERM or SIGHUP. Without --url the "
         "built-in demo page is used, whose tasks are checked by code."))
     run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
     run.add_argument("--device", type=device_arg, metavar="DEVICE",
@@ -183,9 +185,10 @@ def execute(cfg: Any, plan: RunPlan) -> int:
     env = task_env(cfg, plan)
     console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
     interrupted = False
+    stopped_by: list[int] = []  # the signal that stopped the episode, if one did
 
     async def episode() -> None:
-        stop = stop_on_ctrl_c()
+        stop = stop_on_signals(stopped_by.append)
         try:
             await run_episode(env, plan.policy, writer, options=RunOptions(cfg.agent.max_parse_retries),
                               guard=plan.guard, secrets=plan.secrets, on_step=lambda step: print_step(console, step),
@@ -201,7 +204,9 @@ def execute(cfg: Any, plan: RunPlan) -> int:
     record = writer.record
     print_summary(console, record, writer.path)
     if interrupted or record.outcome is Outcome.INTERRUPTED:
-        return EXIT_INTERRUPTED
+        from agent.signals import exit_code
+
+        return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
     return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
 
 
@@ -215,22 +220,24 @@ async def _close(env: Any) -> None:
         logging.getLogger(__name__).warning("closing the device failed: %s: %s", type(e).__name__, e)
 
 
-def stop_on_ctrl_c() -> asyncio.Event:
-    """Ctrl-C while an episode runs: cancel it (the runner records it as interrupted) and set the returned event,
-    which the runner checks at every step boundary, so the episode ends even where a library swallowed the
-    cancellation. A second Ctrl-C gets Python's default handling (an immediate KeyboardInterrupt)."""
-    import signal
+def stop_on_signals(on_signal: Callable[[int], None] = lambda signum: None) -> asyncio.Event:
+    """Ctrl-C, SIGTERM or SIGHUP while an episode runs: cancel it (the runner records it as interrupted), tell
+    ``on_signal`` which signal came, and set the returned event, which the runner checks at every step boundary, so
+    the episode ends even where a library swallowed the cancellation. A second signal gets its default handling
+    (Ctrl-C: an immediate KeyboardInterrupt; SIGTERM, SIGHUP: the process ends at once and its episode reads as
+    crashed). Nothing is installed outside the main thread (``agent.signals.StopSignals``)."""
+    import logging
 
-    loop, task, stop = asyncio.get_running_loop(), asyncio.current_task(), asyncio.Event()
+    from agent.signals import StopSignals, signal_name
 
-    def on_sigint() -> None:
+    task, stop = asyncio.current_task(), asyncio.Event()
+
+    def on_stop(signum: int) -> None:
+        logging.getLogger(__name__).warning("%s: ending the episode as interrupted", signal_name(signum))
+        on_signal(signum)
         stop.set()
-        loop.remove_signal_handler(signal.SIGINT)
         if task is not None:
             task.cancel()
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-        pass
+    StopSignals(on_stop).install()
     return stop

@@ -1,4 +1,8 @@
-"""``agent show PATH``: print a recorded run (every episode of it) or one episode, step by step."""
+"""``agent show PATH``: print a recorded run (every episode of it) or one episode, step by step.
+
+An episode without an outcome shows as ``running`` (a live process still writes it) or ``crashed`` (the process
+died; every finished step is listed): both exit 0, since the trajectory itself reads fine (docs/trajectories.md).
+"""
 
 from __future__ import annotations
 

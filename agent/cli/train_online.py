@@ -38,7 +38,8 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Build the session from the arguments (a new one, or ``--resume RUN_DIR`` with its saved settings), run it,
-    print what happened. Exit codes: 0 done, 1 the session stopped on an error, 2 bad input, 130 interrupted."""
+    print what happened. Exit codes: 0 done, 1 the session stopped on an error, 2 bad input, 130 Ctrl-C; SIGTERM
+    and SIGHUP stop it like Ctrl-C, with 128 + the signal's number (143, 129)."""
     from agent.errors import ConfigError
     from agent.online import OnlineError
 
@@ -98,6 +99,8 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
                   f"{result.restarts} device restarts, {len(result.dropped_actors)} actors dropped")
     console.print(f"run folder: {result.run_dir}  (report.html, online_curve.png, curves.png, checkpoints/)")
     if result.stopped_by == "interrupted":
+        from agent.signals import exit_code
+
         console.print(f"resume with: agent train --online --resume {result.run_dir}")
-        return EXIT_INTERRUPTED
+        return exit_code(session.stop_signal) if session.stop_signal else EXIT_INTERRUPTED
     return EXIT_OK

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import logging
 import math
-import signal
 import statistics
 import threading
 import time
@@ -26,6 +25,7 @@ from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, Onl
                                    online_json)
 from agent.online.tasks import Jobs, LockedCurriculum, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
+from agent.signals import StopSignals, signal_name
 from envs.records import Outcome
 from envs.trajectory import RunWriter
 from train.adapters import AdapterStore
@@ -165,6 +165,8 @@ class OnlineSession:
         self.stats = _Stats()
         self.stopping = False
         self.stopped_by = ""
+        self.stop_signal: int | None = None
+        """The signal (Ctrl-C, SIGTERM, SIGHUP) that stopped the session, if one did (``agent.signals``)."""
         self._fatal: BaseException | None = None
         self._warned: set[str] = set()
         self._stop: asyncio.Event | None = None
@@ -463,26 +465,17 @@ class OnlineSession:
 
 
 def _install_sigint(loop: asyncio.AbstractEventLoop, session: OnlineSession) -> Callable[[], None]:
-    """First Ctrl-C: a clean stop (checkpoint, devices closed); a second one: the default (abort)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+    """First Ctrl-C, SIGTERM or SIGHUP: a clean stop (checkpoint, devices closed), the signal kept in
+    ``session.stop_signal``; a second one: the default (Ctrl-C aborts, SIGTERM and SIGHUP end the process at once).
+    Returns what removes the handlers."""
 
-    def first() -> None:
-        log.warning("Ctrl-C: stopping cleanly (the learner checkpoints, devices close); Ctrl-C again to abort")
+    def first(signum: int) -> None:
+        name = signal_name(signum)
+        log.warning("%s: stopping cleanly (the learner checkpoints, devices close); %s again to abort", name, name)
+        session.stop_signal = signum
         session.request_stop("interrupted")
-        loop.remove_signal_handler(signal.SIGINT)
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, first)
-    except (NotImplementedError, RuntimeError):
-        return lambda: None
-
-    def remove() -> None:
-        try:
-            loop.remove_signal_handler(signal.SIGINT)
-        except (NotImplementedError, RuntimeError):
-            pass
-    return remove
+    return StopSignals(first).install(loop).remove
 
 
 def _finite(x: float) -> float | None:
