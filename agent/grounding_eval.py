@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from devices.base import Observation
@@ -12,6 +13,7 @@ from envs.grounding import (
     GroundingReport,
     GroundingSample,
     RejectedRecord,
+    RejectKind,
     SampleResult,
     read_rgb,
     score,
@@ -19,6 +21,8 @@ from envs.grounding import (
 )
 from policy.base import Policy
 from policy.errors import PolicyParseError
+
+log = logging.getLogger(__name__)
 
 
 async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy, *, concurrency: int = 4,
@@ -28,17 +32,27 @@ async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy,
 
     The instruction is the task, the history is empty and the observation is the screenshot in
     RGB. At most ``concurrency`` samples are in flight (and in memory) at once. An output that does
-    not parse is a miss; policy errors other than parse errors (backend down) stop the run.
-    ``on_result`` is called as each sample is scored (for progress bars).
+    not parse is a miss. A sample whose image cannot be decoded (a load reads only its header, so a
+    file cut off after it shows here) is not scored: it joins the report's rejected records, named
+    by its image file and why. Policy errors other than parse errors (backend down) stop the run:
+    the first one is raised as it is (not in an ``ExceptionGroup``). ``on_result`` is called as
+    each sample is scored (for progress bars).
     """
     if concurrency < 1:
         raise EnvError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
     predictions: list[GroundingPrediction | None] = [None] * len(samples)
+    unreadable: dict[int, RejectedRecord] = {}
 
     async def one(i: int, sample: GroundingSample) -> None:
         async with gate:
-            frame = await asyncio.to_thread(read_rgb, sample.image_path)
+            try:
+                frame = await asyncio.to_thread(read_rgb, sample.image_path)
+            except EnvError as e:
+                unreadable[i] = RejectedRecord(sample.image_path, -1, RejectKind.UNREADABLE_IMAGE,
+                                               f"sample {sample.id}: {e}")
+                log.warning("rejected grounding sample %s", unreadable[i])
+                return
             observation = Observation(frame, meta={"sample_id": sample.id, "image_path": str(sample.image_path)})
             try:
                 decision = await policy.decide(sample.instruction, (), observation, n=n)
@@ -48,7 +62,12 @@ async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy,
         if on_result is not None:
             on_result(score_sample(sample, predictions[i], strict=strict))
 
-    async with asyncio.TaskGroup() as group:
-        for i, sample in enumerate(samples):
-            group.create_task(one(i, sample))
-    return score(samples, predictions, strict=strict, rejected=rejected)
+    try:
+        async with asyncio.TaskGroup() as group:
+            for i, sample in enumerate(samples):
+                group.create_task(one(i, sample))
+    except ExceptionGroup as eg:  # the first failure cancelled the rest; callers catch it as from a plain await
+        raise eg.exceptions[0] from None
+    kept = [i for i in range(len(samples)) if i not in unreadable]
+    return score([samples[i] for i in kept], [predictions[i] for i in kept], strict=strict,
+                 rejected=[*rejected, *(unreadable[i] for i in sorted(unreadable))])

@@ -30,12 +30,15 @@ target absent: a parsed action without a point (``infeasible``). An output that 
 
 Bad input never stops a load: each rejected record is listed in the LoadReport with its file,
 index, kind and reason; only a dataset path that does not exist (or holds no JSON) is an EnvError.
+A file over the limits of ``devices.bounded_json`` (``MAX_FILE_BYTES``, nesting deeper than ``MAX_DEPTH``, a
+number longer than ``MAX_NUMBER_CHARS``) is rejected whole as ``bad_file``, its reason naming the record and line.
+An image that passes its header check at load but cannot be decoded later (a cut-off file) is a rejected sample
+of the evaluation (``agent.grounding_eval``), never a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import struct
@@ -50,6 +53,7 @@ import cv2
 import numpy as np
 
 from devices.base import Box, Observation
+from devices.bounded_json import loads_bounded, read_bounded
 from envs.errors import EnvError
 
 log = logging.getLogger(__name__)
@@ -124,6 +128,16 @@ class LoadReport:
         return dict(Counter(r.kind.value for r in self.rejected))
 
 
+def rejection_summary(rejected: Sequence[RejectedRecord], *, shown: int = 5) -> str:
+    """``N rejected (kind: count, ...): the first reasons`` for an error message about unusable records."""
+    if not rejected:
+        return "the dataset holds no records"
+    counts = ", ".join(f"{kind}: {n}" for kind, n in sorted(Counter(r.kind.value for r in rejected).items()))
+    first = "; ".join(str(r) for r in rejected[:shown])
+    more = f"; and {len(rejected) - shown} more" if len(rejected) > shown else ""
+    return f"{len(rejected)} rejected ({counts}): {first}{more}"
+
+
 @dataclass(frozen=True, slots=True)
 class GroundingDataset:
     samples: tuple[GroundingSample, ...]
@@ -187,8 +201,10 @@ def load_grounding(path: str | Path, *, image_dir: str | Path | None = None,
 def _load_file(file: Path, image_dir: Path | None, fmt: DatasetFormat | None, language: str
                ) -> tuple[list[GroundingSample], list[RejectedRecord]]:
     try:
-        records = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        records = loads_bounded(read_bounded(file))
+    except OSError as e:
+        return [], [RejectedRecord(file, -1, RejectKind.BAD_FILE, f"cannot be read: {e.strerror or e}")]
+    except ValueError as e:  # not UTF-8, not JSON, or beyond the limits of devices.bounded_json (size, depth, numbers)
         return [], [RejectedRecord(file, -1, RejectKind.BAD_FILE, f"not readable as JSON: {e}")]
     if not isinstance(records, list):
         return [], [RejectedRecord(file, -1, RejectKind.BAD_FILE,
@@ -335,10 +351,17 @@ def image_size(path: Path) -> tuple[int, int] | None:
 
 
 def read_rgb(path: Path) -> np.ndarray:
-    """The image as RGB uint8 H x W x 3; EnvError when it cannot be read."""
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    """The image as RGB uint8 H x W x 3; EnvError saying why when it cannot be read or decoded (a load checks
+    only the header, so a file cut off after it is found here)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise EnvError(f"image {path} could not be read ({e.strerror or e}); was the dataset moved or changed after "
+                       f"loading?") from None
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
     if image is None:
-        raise EnvError(f"image {path} could not be read; was the dataset moved or changed after loading?")
+        raise EnvError(f"image {path} ({len(data)} bytes) cannot be decoded: it is cut off, damaged or not an "
+                       f"image; replace the file or remove its record")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
@@ -535,6 +558,6 @@ def score(samples: Sequence[GroundingSample],
 __all__ = [
     "BREAKDOWNS", "BreakdownRow", "DatasetFormat", "GroundingDataset", "GroundingOutcome", "GroundingPrediction",
     "GroundingReport", "GroundingSample", "LoadReport", "RejectKind", "RejectedRecord", "SampleResult",
-    "image_size", "load_grounding", "point_in_box", "read_rgb", "score",
+    "image_size", "load_grounding", "point_in_box", "read_rgb", "rejection_summary", "score",
     "score_sample",
 ]

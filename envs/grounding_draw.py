@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from envs.errors import EnvError
-from envs.grounding import GroundingPrediction, GroundingSample
+from envs.grounding import GroundingPrediction, GroundingSample, read_rgb
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ def draw_sample(sample: GroundingSample, prediction: GroundingPrediction | None 
                 thickness: int = 2) -> np.ndarray:
     """The annotated picture of one sample, RGB uint8; the screenshot keeps its pixel coordinates
     (the text strip is added below it)."""
-    image = cv2.imread(str(sample.image_path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise EnvError(f"image {sample.image_path} of sample {sample.id} could not be read")
-    image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    try:
+        image = read_rgb(sample.image_path)
+    except EnvError as e:
+        raise EnvError(f"sample {sample.id}: {e}") from None
     height, width = image.shape[:2]
     if sample.box is not None:
         left, top, right, bottom = sample.box.to_pixels(width, height)

@@ -14,6 +14,7 @@ from typing import Any
 
 from devices.actions import Action, ActionKind
 from devices.base import Observation
+from devices.bounded_json import loads_bounded, read_bounded
 from devices.errors import InvalidAction
 from policy.base import Decision, HistoryEntry
 from policy.errors import PolicyParseError, PolicyUnavailable
@@ -42,14 +43,19 @@ class ScriptedPolicy:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedPolicy:
-        """A script file: a JSON list whose items are action objects (or strings, kept as raw outputs)."""
+        """A script file: a JSON list whose items are action objects (or strings, kept as raw outputs).
+
+        ``PolicyUnavailable`` naming the file (and the entry's index and line) when it is missing, not a JSON list,
+        or beyond the limits of ``devices.bounded_json``: over ``MAX_FILE_BYTES``, nested deeper than
+        ``MAX_DEPTH``, or holding a number longer than ``MAX_NUMBER_CHARS``."""
         path = Path(path)
         try:
-            items = json.loads(path.read_text(encoding="utf-8"))
+            items = loads_bounded(read_bounded(path))
         except FileNotFoundError:
-            raise PolicyUnavailable(f"script file {path} does not exist; pass --script FILE with a JSON list of actions") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise PolicyUnavailable(f"script file {path} is not a JSON list of actions: {e}") from e
+            raise PolicyUnavailable(f"script file {path} does not exist; pass --script FILE with a JSON list of "
+                                    f"actions") from None
+        except (OSError, ValueError) as e:  # unreadable, not UTF-8 or JSON, beyond devices.bounded_json's limits
+            raise PolicyUnavailable(f"script file {path} is not a JSON list of actions: {e}") from None
         if not isinstance(items, list):
             raise PolicyUnavailable(f"script file {path} must hold a JSON list of actions, got {type(items).__name__}")
         return cls([item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in items])

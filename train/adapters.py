@@ -134,7 +134,8 @@ def confined_files(ref: AdapterRef, root: str | Path) -> tuple[Path, dict[str, P
     folder = None if "\0" in ref.path else Path(ref.path).resolve()
     if folder is None or not folder.is_relative_to(trusted) or folder == trusted:
         raise AdapterPathError(f"adapter {ref.version}: its folder {ref.path!r} is not inside the adapter store "
-                               f"{trusted} this process reads from; the announcement is corrupt or forged: not reading it")
+                               f"{trusted} this process reads from; the announcement is corrupt or forged: not "
+                               f"reading it")
     paths: dict[str, Path] = {}
     for name in sorted(ref.files):
         if why := _name_problem(name):

@@ -1,4 +1,7 @@
-"""``agent data show FILE``: load a grounding dataset, list the records it rejected, draw a sample's boxes."""
+"""``agent data show FILE``: load a grounding dataset, list the records it rejected, draw a sample's boxes.
+
+Exit codes: 0 when at least one record loaded (the rejected ones are listed), 2 when none did (the error lists
+why) or the path does not exist."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """``data show``, the only action so far (argparse requires one)."""
     from envs.errors import EnvError
-    from envs.grounding import load_grounding
+    from envs.grounding import load_grounding, rejection_summary
     from envs.grounding_draw import draw_samples
     from envs.trajectory import new_run_id
 
@@ -32,6 +35,9 @@ def main(args: argparse.Namespace) -> int:
         dataset = load_grounding(args.file)
     except EnvError as e:
         return print_error(str(e))
+    if not dataset.samples:
+        return print_error(f"no usable record in {args.file}: {rejection_summary(dataset.report.rejected)}; fix "
+                           f"those records, or pass a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder")
     out = Path(args.out) if args.out else Path("runs") / f"data-{new_run_id()}"
     paths = draw_samples(dataset.samples, out, n=args.n, seed=args.seed)
     console = make_console()

@@ -151,7 +151,7 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
     results.json and report.html in a new run folder."""
     from agent.grounding_eval import evaluate_grounding
     from agent.report import build_grounding_report
-    from envs.grounding import load_grounding
+    from envs.grounding import load_grounding, rejection_summary
     from envs.trajectory import new_run_id
 
     if not args.data:
@@ -160,6 +160,9 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
         return print_error("grounding datasets are evaluated with a model or the ocr policy "
                            "(--policy ocr|transformers:..|openai:..)")
     dataset = load_grounding(args.data)
+    if not dataset.samples:  # nothing to score: bad input, not an accuracy of 0
+        return print_error(f"no usable record in {args.data}: {rejection_summary(dataset.report.rejected)}; fix "
+                           f"those records, or pass a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder")
     policy = build_policy(cfg)
     console = make_console()
     console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
@@ -173,6 +176,10 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
             await close_policy(policy)
 
     report = asyncio.run(grade())
+    for r in report.rejected[len(dataset.report.rejected):][:20]:  # images that could not be decoded
+        console.print(f"  rejected: {r}", soft_wrap=True)
+    if not report.total:
+        return print_error(f"no sample of {args.data} could be evaluated: {rejection_summary(report.rejected)}")
     console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
                   f"unparsed {report.wrong_format}")
     console.print(report.table("platform/element_type"))

@@ -24,9 +24,11 @@ from envs.grounding import (
     GroundingOutcome,
     GroundingPrediction,
     GroundingSample,
+    RejectedRecord,
     RejectKind,
     load_grounding,
     point_in_box,
+    rejection_summary,
     score,
 )
 from envs.grounding_draw import BOX_RGB, draw_samples
@@ -367,3 +369,63 @@ def test_draw_samples_outlines_the_box_in_place(screenspot: Path, tmp_path: Path
     assert (image[25, 40] == red).all()  # the inside is untouched
     assert (image[20, 180] == np.array([255, 0, 0])).all()  # the prediction's cross at (0.9, 0.2)
     assert os.path.getsize(paths[1]) > 0
+
+
+# --- files beyond the limits, images cut off after their header ----------------------------------
+
+def test_a_deep_or_huge_number_file_is_a_bad_file_naming_the_record(screenspot_v2: Path) -> None:
+    folder = screenspot_v2
+    (folder / "deep_web.json").write_text("[" * 100_000 + "]" * 100_000)
+    good = {"img_filename": "web_1.png", "bbox": [0, 0, 10, 10], "instruction": "x"}
+    (folder / "digits_web.json").write_text(
+        json.dumps([good, good])[:-1] + ',\n{"img_filename": "web_1.png", "bbox": [' + "1" * 5000 + ", 0, 1, 1]}]")
+    data = load_grounding(folder)
+    assert data.report.loaded == 1  # the good file still loads
+    bad = {r.file.name: r for r in data.report.rejected}
+    assert bad["deep_web.json"].kind is RejectKind.BAD_FILE and bad["deep_web.json"].index == -1
+    assert "record 0 (line 1) is nested more than 64 levels deep (MAX_DEPTH)" in bad["deep_web.json"].reason
+    assert "record 2 (line 2) holds a number of 5000 characters" in bad["digits_web.json"].reason
+    assert "fix or remove that value" in bad["digits_web.json"].reason
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(screenspot_v2: Path, monkeypatch) -> None:
+    from devices import bounded_json
+
+    monkeypatch.setattr(bounded_json, "MAX_FILE_BYTES", 100)
+    (rejected,) = load_grounding(screenspot_v2).report.rejected
+    assert rejected.kind is RejectKind.BAD_FILE and "more than 100 (MAX_FILE_BYTES)" in rejected.reason
+
+
+def test_an_image_cut_off_after_its_header_is_a_rejected_sample_not_a_crash(screenspot_v2: Path) -> None:
+    images = screenspot_v2 / "screenspotv2_image"
+    make_png(images / "web_2.png", [("red", 0, 0, 10, 10)])
+    whole = (images / "web_2.png").read_bytes()
+    (images / "web_2.png").write_bytes(whole[:len(whole) // 2])  # the IHDR header survives: the load accepts it
+    write_json(screenspot_v2 / "screenspot_web_v2.json", [
+        {"img_filename": "web_1.png", "bbox": [0, 0, 10, 10], "question": "click the green box"},
+        {"img_filename": "web_2.png", "bbox": [0, 0, 10, 10], "question": "click the red box"},
+    ])
+    data = load_grounding(screenspot_v2)
+    assert data.report.loaded == 2 and not data.report.rejected
+    report = asyncio.run(evaluate_grounding(data.samples, ColourOracle(), rejected=data.report.rejected))
+    assert report.total == 1 and report.accuracy == 1.0
+    (cut,) = report.rejected
+    assert cut.kind is RejectKind.UNREADABLE_IMAGE and cut.file == (images / "web_2.png").resolve()
+    assert "cannot be decoded: it is cut off" in cut.reason and "screenspot_web_v2:1" in cut.reason
+    assert report.to_dict()["rejected"][0]["kind"] == "unreadable_image"
+    # drawing skips it the same way
+    assert len(draw_samples(data.samples, screenspot_v2 / "drawn", n=2)) == 1
+
+
+def test_a_policy_error_surfaces_as_itself_not_in_a_group(pro: Path) -> None:
+    from policy.backends.base import BackendError
+
+    with pytest.raises(BackendError, match="server down"):
+        asyncio.run(evaluate_grounding(all_samples(pro), FixedPolicy(BackendError("server down"))))
+
+
+def test_rejection_summary_counts_kinds_and_shows_the_first() -> None:
+    rows = [RejectedRecord(Path("a.json"), i, RejectKind.MISSING_IMAGE, f"image {i} missing") for i in range(7)]
+    text = rejection_summary([RejectedRecord(Path("b.json"), -1, RejectKind.BAD_FILE, "not JSON"), *rows])
+    assert text.startswith("8 rejected (bad_file: 1, missing_image: 7): b.json: bad_file: not JSON; a.json[0]")
+    assert text.endswith("; and 3 more") and rejection_summary([]) == "the dataset holds no records"

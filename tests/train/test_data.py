@@ -446,3 +446,55 @@ def test_generated_source_renders_screens_in_chromium():
 
         assert asyncio.run(inside_a_loop()).origin["seed"] == 12
     assert chromium_children() == []
+
+
+# -- files beyond the limits, images and frames that do not decode --------------------------------------------------
+
+
+def test_deep_or_long_number_rows_are_skipped_and_named(shots):
+    f = write_jsonl(shots / "g.jsonl", [
+        {"image": "a.png", "instruction": "ok", "box": [20, 10, 60, 30]},
+        "[" * 100_000 + "]" * 100_000,
+        '{"image": "a.png", "instruction": "x", "box": [' + "1" * 5000 + ", 0, 1, 1]}",
+    ])
+    src = GroundingSource(f, preset=INFIGUI)
+    assert len(src) == 1
+    (deep, digits) = src.skipped
+    assert deep.where.endswith("g.jsonl:2") and deep.kind == "malformed"
+    assert deep.reason.startswith("line 2 is nested more than 64 levels deep (MAX_DEPTH)")
+    assert digits.where.endswith("g.jsonl:3") and "line 3 holds a number of 5000 characters" in digits.reason
+
+
+def test_a_grounding_file_over_the_size_limit_is_refused_before_it_is_read(shots, monkeypatch):
+    from devices import bounded_json
+
+    f = write_jsonl(shots / "g.jsonl", [{"image": "a.png", "instruction": "ok", "box": [20, 10, 60, 30]}])
+    monkeypatch.setattr(bounded_json, "MAX_FILE_BYTES", 10)
+    with pytest.raises(PromptSourceError, match=r"g.jsonl cannot be read: .* more than 10 \(MAX_FILE_BYTES\)"):
+        GroundingSource(f)
+
+
+def test_an_image_cut_off_after_its_header_is_a_skipped_item(shots):
+    whole = (shots / "b.png").read_bytes()
+    (shots / "cut.png").write_bytes(whole[:len(whole) // 2])
+    f = write_jsonl(shots / "g.jsonl", [{"image": "cut.png", "instruction": "x", "box": [0, 0, 28, 28]},
+                                         {"image": "b.png", "instruction": "y", "box": [0, 0, 28, 28]}])
+    src = GroundingSource(f)
+    assert len(src) == 2  # the header is whole: the load cannot tell
+    with pytest.raises(BadItem, match=r"g.jsonl:1: image .*cut.png \(\d+ bytes\) cannot be decoded: it is cut off"):
+        src.prompt(0)
+    s = PromptSampler(src, shuffle=False)
+    assert ids(s.next_prompts(2)) == ["g:2", "g:2"] and [k.kind for k in s.skipped] == ["bad_item"]
+
+
+def test_a_stored_frame_that_does_not_decode_is_a_skipped_item(tmp_path):
+    run = RunWriter(tmp_path, config={}, run_id="r1")
+    click = Action(ActionKind.CLICK, point=Point(0.25, 0.5))
+    record_episode(run, [(click, (0.2, 0.4, 0.3, 0.6)), (click, (0.2, 0.4, 0.3, 0.6))], Outcome.SUCCESS)
+    frame = sorted((tmp_path / "r1").rglob("frames/*.png"))[0]
+    frame.write_bytes(frame.read_bytes()[:100])
+    src = TrajectorySource(tmp_path / "r1")
+    with pytest.raises(BadItem, match="r1/ep0000/0: .*not a PNG or JPEG"):
+        src.prompt(0)
+    s = PromptSampler(src, shuffle=False)
+    assert ids(s.next_prompts(2)) == ["r1/ep0000/1", "r1/ep0000/1"] and len(s.skipped) == 1

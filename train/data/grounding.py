@@ -10,8 +10,11 @@ our own JSONL, one object a line::
 ``box_space`` "pixels" (default; the image's own pixels) or "normalized" (fractions of its width and height);
 ``"negative": true`` means the target is not on the screen (no box); an optional ``"id"`` names the row (default:
 its line number). Rows that cannot be used (malformed, bad box: not four numbers, x2 <= x1 or y2 <= y1, outside
-the image; missing or unreadable image) are skipped, counted and named (``file:line: kind: reason``) in
-``source.skipped``; a file with no usable row is a ``PromptSourceError``.
+the image; missing or unreadable image; nested deeper than ``devices.bounded_json.MAX_DEPTH`` or a number longer
+than ``MAX_NUMBER_CHARS``) are skipped, counted and named (``file:line: kind: reason``) in ``source.skipped``; a
+file with no usable row, or over ``MAX_FILE_BYTES``, is a ``PromptSourceError``. An image that passed its header
+check at load but cannot be decoded (cut off) is skipped when its prompt is made (``BadItem``, counted by the
+sampler).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from devices.base import Box
+from devices.bounded_json import loads_bounded, read_bounded
 from envs.errors import EnvError
 from envs.grounding import RejectKind, image_size, load_grounding, read_rgb
 from policy.presets import ModelPreset
@@ -95,8 +99,8 @@ def _load_jsonl(file: Path, image_dir: Path | None) -> tuple[list[_GroundingItem
     skipped: list[Skipped] = []
     seen: set[str] = set()
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        lines = read_bounded(file).splitlines()
+    except (OSError, ValueError) as e:  # missing, unreadable, not UTF-8, or over MAX_FILE_BYTES
         raise PromptSourceError(f"grounding file {file} cannot be read: {e}") from e
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -104,9 +108,11 @@ def _load_jsonl(file: Path, image_dir: Path | None) -> tuple[list[_GroundingItem
         where = f"{file}:{lineno}"
         try:
             try:
-                row = json.loads(line)
+                row = loads_bounded(line, first_line=lineno, records=False)
             except json.JSONDecodeError as e:
                 raise BadRow(RejectKind.MALFORMED, f"not JSON: {e.msg}") from None
+            except ValueError as e:  # nested deeper than MAX_DEPTH, a number longer than MAX_NUMBER_CHARS
+                raise BadRow(RejectKind.MALFORMED, str(e)) from None
             path, size, instruction, box = _jsonl_row(row, root)
             item_id = f"{file.stem}:{row.get('id', lineno)}"
             if item_id in seen:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devices.actions import Action, ActionKind
-from devices.errors import InvalidAction
+from devices.errors import DeviceError, InvalidAction
 from envs.errors import RecordFormatError
 from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import Episode, read_episode
@@ -164,7 +164,7 @@ class TrajectorySource(ListedItems):
         item = self._items[index]
         try:
             frame = item.episode.frame(item.step)
-        except (RecordFormatError, ValueError) as e:
+        except (RecordFormatError, DeviceError, ValueError) as e:  # DeviceError: a stored frame that does not decode
             raise BadItem(f"{item.id}: {e}") from None
         messages, image, space = build_prompt(self.preset, item.instruction, frame, history=item.history)
         point = item.action.point.as_list() if item.action.point is not None else None
