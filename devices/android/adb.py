@@ -6,14 +6,21 @@ Every call has a timeout (``call_timeout_s``). When the phone is offline or gone
 server, calls are retried with backoff (network serials ``host:port`` are re-``connect``-ed) until
 ``offline_deadline_s``, then DeviceDisconnected. An action whose connection broke *after* it was
 sent is not re-sent (it may have happened): that is a DeviceError saying so.
+
+The adb server is the user's unless handeye started it: with ``android.start_server`` and nothing listening on
+the local port, ``AdbTransport.connect`` starts one, and the last transport of this process using it stops it
+(adb's ``host:kill``) when it closes, so no server outlives the run that started it. A server that was already
+running is never stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -67,25 +74,99 @@ def server_listening(host: str, port: int) -> bool:
         return False
 
 
-def adb_client(host: str, port: int, start_server: bool = False) -> Any:
-    """An adbutils client for the server at host:port, checked (never auto-started elsewhere)."""
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def adb_client(host: str, port: int) -> Any:
+    """An adbutils client for the server at host:port, checked to be listening (never started here)."""
     try:
         import adbutils
     except ImportError as e:  # pragma: no cover - depends on the install
         raise DeviceUnavailable("adbutils is not installed; run `pip install 'handeye[android]'`") from e
     if not server_listening(host, port):
-        if start_server and host in ("127.0.0.1", "localhost", "::1"):
-            exe = adbutils.adb_path()
-            try:
-                subprocess.run([exe, "-P", str(port), "start-server"], timeout=30, capture_output=True, check=True)
-            except (OSError, subprocess.SubprocessError) as e:
-                raise DeviceUnavailable(f"could not start an adb server on port {port} with {exe}: {e}") from e
-        if not server_listening(host, port):
-            raise DeviceUnavailable(
-                f"no adb server is listening at {host}:{port}; start one with `adb -P {port} start-server` "
-                "(or set android.adb_host / android.adb_port)"
-            )
+        raise DeviceUnavailable(
+            f"no adb server is listening at {host}:{port}; start one with `adb -P {port} start-server` "
+            "(or set android.adb_host / android.adb_port)"
+        )
     return adbutils.AdbClient(host, port, socket_timeout=30)
+
+
+def _start_server(port: int) -> None:
+    import adbutils
+
+    exe = adbutils.adb_path()
+    try:
+        subprocess.run([exe, "-P", str(port), "start-server"], timeout=30, capture_output=True, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise DeviceUnavailable(f"could not start an adb server on port {port} with {exe}: {e}") from e
+
+
+def kill_server(host: str, port: int, *, wait_s: float = 5.0) -> None:
+    """Stop the adb server at host:port as ``adb kill-server`` does (the host protocol's ``host:kill``), then wait
+    until it no longer listens. Spoken directly: adbutils would start a server when none answers."""
+    request = b"host:kill"
+    try:
+        with socket.create_connection((host, port), timeout=5) as conn:
+            conn.sendall(b"%04x%s" % (len(request), request))
+            conn.recv(4)  # OKAY, or nothing when the server went away first
+    except OSError as e:
+        log.debug("adb server at %s:%s: host:kill: %s", host, port, e)
+    deadline = time.monotonic() + wait_s
+    while server_listening(host, port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class _StartedServers:
+    """The adb servers this process started, with how many connected transports use each. The last one to let go
+    stops it; a server that was listening before is never entered here, so never stopped. One still held when the
+    process exits (a device never closed) is stopped then."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[tuple[str, int], int] = {}
+        self._exit_hook = False
+
+    def acquire(self, host: str, port: int, start: bool) -> tuple[Any, bool]:
+        """(a client for host:port, whether this caller holds a server this process started), starting a local
+        server when ``start`` and none listens."""
+        key = (host, port)
+        with self._lock:
+            if start and host in _LOCAL_HOSTS and not server_listening(host, port):
+                _start_server(port)
+                self._users[key] = 0
+                if not self._exit_hook:
+                    atexit.register(self._stop_all)
+                    self._exit_hook = True
+                log.info("started an adb server on port %s; it is stopped when the device closes", port)
+            try:
+                client = adb_client(host, port)
+            except DeviceUnavailable:
+                if self._users.get(key) == 0:  # started just now yet not listening: nobody holds it
+                    del self._users[key]
+                raise
+            if key not in self._users:
+                return client, False
+            self._users[key] += 1
+            return client, True
+
+    def release(self, host: str, port: int) -> None:
+        key = (host, port)
+        with self._lock:
+            self._users[key] -= 1
+            if self._users[key] > 0:
+                return
+            del self._users[key]
+            kill_server(host, port)
+            log.info("stopped the adb server on port %s that this run started", port)
+
+    def _stop_all(self) -> None:
+        with self._lock:
+            for host, port in list(self._users):
+                kill_server(host, port, wait_s=1.0)
+            self._users.clear()
+
+
+_STARTED = _StartedServers()
 
 
 def list_devices(host: str = "127.0.0.1", port: int = 5037) -> list[AndroidDeviceInfo]:
@@ -118,19 +199,25 @@ class AdbTransport:
         self.client: Any = None
         """The adbutils client; None until ``connect`` and after ``close``."""
         self.serial = ""
+        self._holds_server = False
+        """Whether this transport counts among the users of a server this process started."""
 
     def connect(self) -> None:
         """Reach the adb server (starting it when configured) and choose the phone; blocking."""
         cfg = self.config
-        self.client = adb_client(cfg.adb_host, cfg.adb_port, cfg.start_server)
+        self.client, self._holds_server = _STARTED.acquire(cfg.adb_host, cfg.adb_port, cfg.start_server)
         try:
             self.serial = self._pick_serial()
         except BaseException:
-            self.client = None
+            self.close()
             raise
 
     def close(self) -> None:
+        """Forget the server; the last transport using a server this process started stops it (blocking)."""
         self.client = None
+        if self._holds_server:
+            self._holds_server = False
+            _STARTED.release(self.config.adb_host, self.config.adb_port)
 
     def _pick_serial(self) -> str:
         """The serial to drive, or DeviceUnavailable saying which phones there are and what to do."""

@@ -118,11 +118,13 @@ class AndroidDevice(AsyncContextDevice):
                         f"android.keyboard = 'adbkeyboard' but it is not installed on {self.serial}; {ADBKEYBOARD_HELP}"
                     )
         except BaseException:
-            self._adb.close()
+            await asyncio.to_thread(self._adb.close)
             raise
 
     async def close(self) -> None:
-        self._adb.close()
+        """Let go of the phone; when this device started the adb server and no other device of this process uses
+        it, the server is stopped (``devices.android.adb``)."""
+        await asyncio.to_thread(self._adb.close)
         self._fresh = self._last_grab = None
 
     def describe(self) -> dict[str, Any]:

@@ -603,3 +603,78 @@ def test_agent_run_and_devices_with_a_phone(adb_port, tmp_path):
                             "--set", f"android.adb_port={adb_port}", "--set", "android.start_server=false"],
                            cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "no-such-phone" in r.stdout and adbd.address in r.stdout.replace("\n", ""), r.stdout
+
+
+# -- who owns the adb server -----------------------------------------------------------------------
+
+@pytest.fixture
+def no_server(tmp_path, monkeypatch):
+    """A free port with no adb server on it; adb's key and state go to a temporary HOME. Any server left on the
+    port at the end is killed (and the test has failed by then)."""
+    port = _free_port()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ANDROID_USER_HOME", str(tmp_path / "home" / ".android"))
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    (tmp_path / "home").mkdir()
+    try:
+        yield port
+    finally:
+        subprocess.run([_adb_binary(), "-P", str(port), "kill-server"], timeout=60, capture_output=True)
+
+
+def _listening(port: int) -> bool:
+    from devices.android.adb import server_listening
+
+    return server_listening("127.0.0.1", port)
+
+
+def test_a_server_handeye_started_is_stopped_when_the_last_device_closes(no_server):
+    assert not _listening(no_server)
+    with FakeAdbd(FakePhone(physical=(360, 800))) as one, FakeAdbd(FakePhone(physical=(360, 800))) as two:
+        async def main() -> None:
+            first = AndroidDevice(AndroidConfig(serial=one.address, adb_port=no_server, ime_switch_wait_s=0))
+            second = AndroidDevice(AndroidConfig(serial=two.address, adb_port=no_server, ime_switch_wait_s=0))
+            await first.start()  # starts the server (start_server is on by default) and `adb connect`s the phone
+            assert _listening(no_server)
+            await second.start()  # finds it running: shares it
+            assert (await first.observe()).frame.shape == (800, 360, 3)
+            await first.close()
+            assert _listening(no_server)  # the other device still uses it
+            assert (await second.observe()).frame.shape == (800, 360, 3)
+            await second.close()
+            assert not _listening(no_server)  # the last one out stops it
+
+        asyncio.run(main())
+
+
+def test_a_server_that_was_already_running_is_left_running(adb_port):
+    with FakeAdbd(FakePhone(physical=(360, 800))) as adbd:
+        _connect(adb_port, adbd)
+        try:
+            async def main() -> None:  # allowed to start a server (the default), but one was there
+                async with AndroidDevice(AndroidConfig(serial=adbd.address, adb_port=adb_port)) as device:
+                    await device.observe()
+
+            asyncio.run(main())
+        finally:
+            _disconnect(adb_port, adbd)
+    assert _listening(adb_port)
+
+
+def test_agent_run_leaves_no_adb_server_it_started(no_server, tmp_path):
+    """Through the command: `agent run --device android:SERIAL` with no server on the port starts one for the run
+    and stops it before exiting."""
+    import json
+    import sys
+
+    phone = FakePhone(physical=(360, 800))
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"kind": "finish"}]))
+    repo = Path(__file__).resolve().parents[2]
+    with FakeAdbd(phone) as adbd:
+        r = subprocess.run([sys.executable, "-m", "agent", "run", "look", "--device", f"android:{adbd.address}",
+                            "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs"),
+                            "--set", f"android.adb_port={no_server}"],
+                           cwd=repo, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not _listening(no_server), "the adb server handeye started is still running"
