@@ -175,8 +175,8 @@ class RecordConfig:
     """Stored frame encoding: png (lossless, the exact frame the policy saw) or jpeg (smaller)."""
     fsync: bool = True
     """fsync every frame, step line and folder to disk before the next step (survives power loss; about 1 ms per
-    step on an SSD, docs/benchmarks.md). false: steps are only flushed (a crash of the process still loses at most
-    the step in flight)."""
+    step, docs/benchmarks.md). false: steps are only flushed (a crash of the process still loses at most the step in
+    flight)."""
 
     def __post_init__(self) -> None:
         if self.frame_format not in ("png", "jpeg"):

@@ -37,8 +37,8 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:
 th:first-child,td:first-child{text-align:left}th{background:#eee}tr.overall td{font-weight:bold}
 .episode{background:#fff;border:1px solid #ddd;border-radius:6px;margin:12px 0;padding:8px 12px}
 .episode>summary{cursor:pointer}.o-success{color:#1a7f37}.o-failure,.o-aborted{color:#c62828}
-.o-truncated,.o-infeasible,.o-interrupted{color:#b26a00}.o-claimed{color:#2e7d32}.o-crashed{color:#c62828;font-weight:bold}
-.o-running{color:#1565c0}
+.o-truncated,.o-infeasible,.o-interrupted{color:#b26a00}.o-claimed{color:#2e7d32}
+.o-crashed{color:#c62828;font-weight:bold}.o-running{color:#1565c0}
 .steps{display:flex;flex-direction:column;gap:14px;margin-top:10px}
 .step{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:12px;border-top:1px solid #eee;padding-top:8px}
 .frame{position:relative;line-height:0}.frame img{width:100%;height:auto;display:block;border:1px solid #999}

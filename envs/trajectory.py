@@ -104,7 +104,7 @@ class RunWriter:
     """One run folder: ``run.json`` and any number of episodes.
 
     ``fsync`` (default on; ``record.fsync``): every frame, step line and folder entry reaches the disk before the
-    next step (a few ms per step on an SSD; docs/benchmarks.md). Off, a crash of the process still loses at most
+    next step (about 1 ms per step; docs/benchmarks.md). Off, a crash of the process still loses at most
     the step in flight, but a power loss may lose the last seconds of steps."""
 
     def __init__(self, runs_dir: str | Path, config: dict[str, Any], run_id: str | None = None,

@@ -30,8 +30,8 @@ FLAG_KEYS = (("url", "device.url"), ("model", "model.id"), ("fmt", "model.format
 def add_parser(sub: Any) -> None:
     run = sub.add_parser(NAME, help="run one task on a device until it is done", description=(
         "Observe, decide, act, settle and record until the policy finishes, declares the task "
-        "infeasible, the step budget runs out, an error occurs, or Ctrl-C, SIGTERM or SIGHUP. Without --url the "
-        "built-in demo page is used, whose tasks are checked by code."))
+        "infeasible, the step budget runs out, an error occurs, or Ctrl-C, SIGTERM or SIGHUP. Without --url "
+        "the built-in demo page is used, whose tasks are checked by code."))
     run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
     run.add_argument("--device", type=device_arg, metavar="DEVICE",
                      help="web, desktop, or android[:SERIAL] (config: device.kind, android.serial)")

@@ -123,7 +123,8 @@ def test_a_reopened_run_numbers_new_episodes_after_the_old_ones(tmp_path):
 
 def _chinese_step(writer, index: int) -> StepRecord:
     return StepRecord(step_id=writer.step_id(index), index=index, started_at=1.0, ended_at=2.0, frame_path="",
-                      frame_size=(60, 40), model_input_size=(60, 40), action={"kind": "type", "text": "你好，世界"},
+                      frame_size=(60, 40), model_input_size=(60, 40),
+                      action={"kind": "type", "text": "你好，世界"},
                       executed=True, raw_output="点击“订阅”按钮，然后输入：你好，世界 🙂")
 
 
