@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.episode import PHASES
+from agent.terminal import plain
 from envs.records import EpisodeRecord, Outcome, StepRecord
 from envs.trajectory import Episode, EpisodeState
 
@@ -32,17 +33,17 @@ def describe_action(data: dict[str, Any] | None) -> str:
 
 def print_step(console: Any, step: StepRecord) -> None:
     if step.parse_error:
-        what = f"[red]unparsed[/] {step.parse_error}"
+        what = f"[red]unparsed[/] {plain(step.parse_error)}"
     else:
-        what = describe_action(step.action)
+        what = plain(describe_action(step.action))
         if step.error:
-            what += f" [red]{step.error['type']}[/]"
+            what += f" [red]{plain(step.error['type'])}[/]"
         elif step.guard and step.guard.get("verdict") == "refuse":
-            what += f" [yellow]refused[/] ({step.guard.get('reason', '')})"
+            what += f" [yellow]refused[/] ({plain(step.guard.get('reason', ''))})"
         elif step.guard and step.guard.get("dry_run"):
             what += " [dim](dry run)[/]"
         if step.target and step.target.get("text"):
-            what += f" [dim]→ {step.target.get('tag')} “{step.target['text'][:40]}”[/]"
+            what += f" [dim]→ {plain(step.target.get('tag'))} “{plain(step.target['text'][:40])}”[/]"
     total = sum(step.latency.values())
     console.print(f"  step {step.index:>3}  {what}  [dim]{total * 1000:.0f} ms[/]", soft_wrap=True)
 
@@ -65,24 +66,29 @@ def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> No
     wall = (record.ended_at or record.started_at) - record.started_at
     console.print()
     console.print(f"[{style}]{(outcome.value if outcome else 'unfinished').upper()}[/]  "
-                  f"{record.num_steps} step{'s' if record.num_steps != 1 else ''} in {wall:.1f} s   task: {record.task}")
+                  f"{record.num_steps} step{'s' if record.num_steps != 1 else ''} in {wall:.1f} s   task: "
+                  f"{plain(record.task)}")
     if record.reason:
-        console.print(f"  reason: {record.reason.get('type')}: {record.reason.get('message')}", soft_wrap=True)
+        console.print(f"  reason: {plain(record.reason.get('type'))}: {plain(record.reason.get('message'))}",
+                      soft_wrap=True)
     if record.verifier:
         console.print(f"  checker: {'passed' if record.verifier.get('success') else 'failed'} "
-                      f"(expected {record.verifier.get('expected')}, page says {record.verifier.get('clicked')})")
+                      f"(expected {plain(record.verifier.get('expected'))}, page says "
+                      f"{plain(record.verifier.get('clicked'))})")
     if record.answer:
-        console.print(f"  answer: {record.answer}")
+        console.print(f"  answer: {plain(record.answer)}")
     console.print(table)
-    console.print(f"  trajectory: [bold]{episode_path}[/]  (agent show {episode_path})", soft_wrap=True)
+    console.print(f"  trajectory: [bold]{plain(episode_path)}[/]  (agent show {plain(episode_path)})", soft_wrap=True)
 
 
 def print_episode(console: Any, episode: Episode) -> None:
     record = episode.record
     outcome = record.outcome.value if record.outcome else episode.state.value  # running or crashed
-    console.print(f"[bold]{record.run_id}/{record.episode_id}[/]  {outcome}  task: {record.task}", soft_wrap=True)
+    console.print(f"[bold]{plain(record.run_id)}/{plain(record.episode_id)}[/]  {plain(outcome)}  task: "
+                  f"{plain(record.task)}", soft_wrap=True)
     if record.reason:
-        console.print(f"  reason: {record.reason.get('type')}: {record.reason.get('message')}", soft_wrap=True)
+        console.print(f"  reason: {plain(record.reason.get('type'))}: {plain(record.reason.get('message'))}",
+                      soft_wrap=True)
     for step in episode.steps:
         print_step(console, step)
     done = f"{len(episode.steps)} finished step{'s' if len(episode.steps) != 1 else ''}"
@@ -96,4 +102,5 @@ def print_episode(console: Any, episode: Episode) -> None:
         console.print("  [yellow]the last step was cut off when the process died[/]")
     decide = [s.latency.get("decide", 0.0) for s in episode.steps]
     if decide:
-        console.print(f"  median decide {statistics.median(decide) * 1000:.0f} ms, frames in {episode.path / 'frames'}")
+        console.print(f"  median decide {statistics.median(decide) * 1000:.0f} ms, frames in "
+                      f"{plain(episode.path / 'frames')}")

@@ -18,7 +18,7 @@ from typing import Any
 from agent.builders import build_device, build_guard, build_policy, close_policy
 from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
                               flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
-                              terminal_confirm, versions)
+                              terminal_person, versions)
 
 NAME = "run"
 
@@ -44,6 +44,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--script", help="JSON list of actions for --policy scripted (config: policy.script)")
     run.add_argument("--max-steps", type=positive_int, help="step budget (config: agent.max_steps)")
     run.add_argument("--dry-run", action="store_true", help="record what would be done without doing it")
+    run.add_argument("--yes", action="store_true",
+                     help="say yes to every action the guard would ask about (config: guard.assume_yes)")
     run.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
     run.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
     run.add_argument("--config", help="config file (default: ./config.toml when present, else built-in defaults)")
@@ -82,6 +84,8 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
         out.append("agent.dry_run=true")
     if args.headed:
         out.append("web.headless=false")
+    if args.yes:
+        out.append("guard.assume_yes=true")
     return out + list(args.overrides)
 
 
@@ -117,7 +121,7 @@ def make_plan(cfg: Any, task: str | None) -> RunPlan:
         except PolicyUnavailable as e:
             raise ConfigError(str(e)) from None
         secrets = Secrets(dict(cfg.secrets))
-        guard = build_guard(cfg, terminal_confirm())
+        guard = build_guard(cfg)
         run = RunWriter(cfg.record.runs_dir, config={"config": cfg.to_dict(), "versions": versions()},
                         frame_format=cfg.record.frame_format, fsync=cfg.record.fsync)
     except BaseException:
@@ -177,22 +181,26 @@ def task_env(cfg: Any, plan: RunPlan) -> Any:
 def execute(cfg: Any, plan: RunPlan) -> int:
     """Run the planned episode on a new device, print each step and the summary; the exit code of its outcome."""
     from agent.runner import RunOptions, run_episode
+    from agent.secrets import redact_logs
     from agent.summary import print_step, print_summary
+    from agent.terminal import plain
     from envs.records import Outcome
 
     console = make_console()
-    writer = plan.run.episode(task=plan.task, dry_run=cfg.agent.dry_run)
+    writer = plan.run.episode(task=plan.secrets.redact(plan.task), dry_run=cfg.agent.dry_run)
     env = task_env(cfg, plan)
-    console.print(f"[bold]task[/] {plan.task}  [dim]({plan.url})[/]")
+    redact_logs(plan.secrets)  # -v log lines pass through the same redaction as the records
+    console.print(f"[bold]task[/] {plain(plan.secrets.redact(plan.task))}  [dim]({plain(plan.url)})[/]")
     interrupted = False
     stopped_by: list[int] = []  # the signal that stopped the episode, if one did
 
     async def episode() -> None:
         stop = stop_on_signals(stopped_by.append)
         try:
-            await run_episode(env, plan.policy, writer, options=RunOptions(cfg.agent.max_parse_retries),
-                              guard=plan.guard, secrets=plan.secrets, on_step=lambda step: print_step(console, step),
-                              stop=stop)
+            options = RunOptions(cfg.agent.max_parse_retries, assume_yes=cfg.guard.assume_yes)
+            await run_episode(env, plan.policy, writer, options=options, guard=plan.guard, secrets=plan.secrets,
+                              on_step=lambda step: print_step(console, step), stop=stop, person=terminal_person(),
+                              ocr=_screen_reader(cfg))
         finally:
             await _close(env)
             await close_policy(plan.policy)
@@ -208,6 +216,20 @@ def execute(cfg: Any, plan: RunPlan) -> int:
 
         return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
     return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
+
+
+def _screen_reader(cfg: Any) -> Any:
+    """OCR for the guard on the desktop, which cannot say what is under a point itself (None without the OCR
+    engine: the guard then cannot tell an irreversible target there, as docs/security.md says)."""
+    if cfg.device.kind != "desktop":
+        return None
+    try:
+        import rapidocr  # noqa: F401
+    except ImportError:
+        return None
+    from policy.ocr import OcrPolicy
+
+    return OcrPolicy(cfg.ocr)
 
 
 async def _close(env: Any) -> None:
