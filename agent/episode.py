@@ -331,7 +331,8 @@ class EpisodeBook:
     async def interrupt(self) -> None:
         await self._drain()
         self.outcome = Outcome.INTERRUPTED
-        self.finish_fields["reason"] = {"type": "Interrupted", "message": "stopped by the user (Ctrl-C) or cancelled"}
+        self.finish_fields["reason"] = {"type": "Interrupted",
+                                        "message": "stopped: Ctrl-C, SIGTERM, SIGHUP or a cancellation"}
         await self.finish()
 
     async def finish(self) -> EpisodeResult:
