@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -73,6 +74,10 @@ def resolve_typing(method: str) -> str:
     return method
 
 
+REMAP_PAUSE_S = 0.05
+"""Pause after each character xdotool types through a remapped keycode (see ``Keyboard.type_text``)."""
+
+
 class Keyboard:
     """Types text and presses keys on one display with pyautogui (``pg``) and the X tools."""
 
@@ -101,13 +106,19 @@ class Keyboard:
         env = {**os.environ, "DISPLAY": self.display}
         limit = self.config.action_timeout_s + len(text) * (self.config.type_delay_ms / 1000 + 0.02)
         if self.method == "xdotool":
-            cmd = ["xdotool", "type", "--clearmodifiers", "--delay", str(self.config.type_delay_ms), "--", text]
-            proc = subprocess.run(cmd, env=env, capture_output=True, timeout=limit)
-            if proc.returncode != 0:
-                raise DeviceError(
-                    f"xdotool could not type on {self.display}: {proc.stderr.decode(errors='replace').strip()}; "
-                    "try desktop.typing = 'clipboard'"
-                )
+            # A character with no key on the keyboard is typed by remapping a spare keycode; when the next one
+            # remaps it again before the app read the first, the first is lost (seen on a busy X server). So ASCII
+            # goes in runs, and each other character alone, with a pause for the app to take it.
+            for run in re.findall(r"[\x00-\x7f]+|[^\x00-\x7f]", text):
+                cmd = ["xdotool", "type", "--clearmodifiers", "--delay", str(self.config.type_delay_ms), "--", run]
+                proc = subprocess.run(cmd, env=env, capture_output=True, timeout=limit)
+                if proc.returncode != 0:
+                    raise DeviceError(
+                        f"xdotool could not type on {self.display}: {proc.stderr.decode(errors='replace').strip()}; "
+                        "try desktop.typing = 'clipboard'"
+                    )
+                if not run.isascii():
+                    time.sleep(REMAP_PAUSE_S)
         elif self.method == "clipboard":
             # xclip forks a child that serves the selection until another client takes it; that child
             # inherits stdout/stderr, so they must not be pipes we wait on.
