@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from agent.cli.common import EXIT_OK, add_set_option, config_path, make_console, print_error
+from agent.terminal import plain
 
 NAME = "devices"
 
@@ -35,21 +36,21 @@ def main(args: argparse.Namespace) -> int:
         for m in list_monitors(cfg.desktop.display):
             console.print(f"  monitor {m.index}: {m.width}x{m.height} at ({m.left}, {m.top})")
     except (DeviceError, ImportError) as e:
-        console.print(f"  none: {e}", soft_wrap=True)
+        console.print(f"  none: {plain(e)}", soft_wrap=True)
     console.print("[bold]android[/] (--device android:SERIAL)")
     try:
         from devices.android import list_devices
 
         phones = list_devices(cfg.android.adb_host, cfg.android.adb_port)
         for phone in phones:
-            console.print(f"  {phone}")
+            console.print(f"  {plain(phone)}")
         if not phones:
             console.print("  none connected (adb devices is empty)")
     except (DeviceError, ImportError) as e:
-        console.print(f"  none: {e}", soft_wrap=True)
+        console.print(f"  none: {plain(e)}", soft_wrap=True)
     console.print("[bold]web[/] (--device web)")
     try:
-        console.print(f"  {find_browser(cfg.web.browser_path)}")
+        console.print(f"  {plain(find_browser(cfg.web.browser_path))}")
     except DeviceError as e:
-        console.print(f"  none: {e}", soft_wrap=True)
+        console.print(f"  none: {plain(e)}", soft_wrap=True)
     return EXIT_OK

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from agent.cli.common import EXIT_OK, make_console, print_error
+from agent.terminal import plain
 
 NAME = "report"
 
@@ -23,5 +24,5 @@ def main(args: argparse.Namespace) -> int:
         path = build_report(args.run_dir)
     except (RecordFormatError, FileNotFoundError) as e:
         return print_error(str(e))
-    make_console().print(f"report: [bold]{path}[/] (open it in a browser; no server needed)")
+    make_console().print(f"report: [bold]{plain(path)}[/] (open it in a browser; no server needed)")
     return EXIT_OK

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.cli import train_online
 from agent.cli.common import EXIT_INTERRUPTED, EXIT_OK, add_set_option, make_console, print_error
+from agent.terminal import plain
 
 NAME = "train"
 
@@ -76,7 +77,7 @@ def _run(config: Any, run_from_config: Any) -> int:
     console.print(f"[bold]{result.stage}[/] done: {result.steps} updates"
                   f"{', stopped early' if result.stopped_early else ''}; held-out accuracy {acc}{best}")
     for w in result.warnings[-5:]:
-        console.print(f"[yellow]collapse warning:[/] {w}")
-    console.print(f"weights: {result.output}\nmetrics: {result.run_dir}/metrics.jsonl, curves: "
+        console.print(f"[yellow]collapse warning:[/] {plain(w)}")
+    console.print(f"weights: {plain(result.output)}\nmetrics: {plain(result.run_dir)}/metrics.jsonl, curves: "
                   f"{result.run_dir}/curves.png, TensorBoard: tensorboard --logdir {result.run_dir}/tb")
     return EXIT_OK

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, positive_int, print_error
+from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
 ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes")
@@ -84,10 +85,10 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
     console = Console(stderr=True)
     try:
         session = OnlineSession(config, online, resume=bool(args.resume),
-                                progress=lambda line: console.print(line, highlight=False))
+                                progress=lambda line: console.print(plain(line), highlight=False))
         result = asyncio.run(session.run())
     except (OnlineError, CheckpointError, PolicyError, EnvError) as exc:
-        console.print(f"[red]online session stopped:[/] {type(exc).__name__}: {exc}", soft_wrap=True)
+        console.print(f"[red]online session stopped:[/] {type(exc).__name__}: {plain(exc)}", soft_wrap=True)
         return EXIT_EPISODE_FAILED
     except KeyboardInterrupt:
         console.print(f"[yellow]aborted[/]: the newest checkpoint in {config.train.run_dir}/checkpoints resumes this "
@@ -97,7 +98,7 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
                   f"({result.success_rate:.0%} success), {result.steps} steps in {result.wall_s:.0f} s "
                   f"({result.steps_per_s:.2f} steps/s); {result.stale_dropped} stale samples dropped, "
                   f"{result.restarts} device restarts, {len(result.dropped_actors)} actors dropped")
-    console.print(f"run folder: {result.run_dir}  (report.html, online_curve.png, curves.png, checkpoints/)")
+    console.print(f"run folder: {plain(result.run_dir)}  (report.html, online_curve.png, curves.png, checkpoints/)")
     if result.stopped_by == "interrupted":
         from agent.signals import exit_code
 
