@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli.common import EXIT_OK, make_console, positive_int, print_error
+from agent.terminal import plain
 
 NAME = "data"
 
@@ -43,6 +44,6 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
     for r in dataset.report.rejected[:20]:
-        console.print(f"  rejected: {r}", soft_wrap=True)
-    console.print(f"drew {len(paths)} images in [bold]{out}[/]")
+        console.print(f"  rejected: {plain(r)}", soft_wrap=True)
+    console.print(f"drew {len(paths)} images in [bold]{plain(out)}[/]")
     return EXIT_OK

@@ -18,6 +18,7 @@ from typing import Any
 from agent.builders import build_policy, close_policy
 from agent.cli.common import (EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, eval_policy_arg, flag_overrides,
                               make_console, policy_overrides, positive_int, print_error, versions)
+from agent.terminal import plain
 
 NAME = "eval"
 
@@ -115,7 +116,8 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
     def progress(result: Any) -> None:
         done["n"] += 1
         outcome = result.record.outcome.value if result.record.outcome else "?"
-        console.print(f"  [{done['n']}/{total}] {result.env} seed {result.seed}: {outcome}", highlight=False)
+        console.print(f"  \\[{done['n']}/{total}] {plain(result.env)} seed {result.seed}: {plain(outcome)}",
+                      highlight=False)
 
     stopped_by: list[int] = []  # the signal that stopped the evaluation, if one did
 
@@ -142,7 +144,7 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
         return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
     console.print(format_table(result))
     report = build_report(result.run_dir)
-    console.print(f"trajectories: [bold]{result.run_dir}[/]   report: [bold]{report}[/]", soft_wrap=True)
+    console.print(f"trajectories: [bold]{plain(result.run_dir)}[/]   report: [bold]{plain(report)}[/]", soft_wrap=True)
     return EXIT_OK
 
 
@@ -167,7 +169,7 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
     console = make_console()
     console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
     for r in dataset.report.rejected[:20]:
-        console.print(f"  rejected: {r}", soft_wrap=True)
+        console.print(f"  rejected: {plain(r)}", soft_wrap=True)
 
     async def grade() -> Any:
         try:
@@ -177,16 +179,16 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
 
     report = asyncio.run(grade())
     for r in report.rejected[len(dataset.report.rejected):][:20]:  # images that could not be decoded
-        console.print(f"  rejected: {r}", soft_wrap=True)
+        console.print(f"  rejected: {plain(r)}", soft_wrap=True)
     if not report.total:
         return print_error(f"no sample of {args.data} could be evaluated: {rejection_summary(report.rejected)}")
     console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
                   f"unparsed {report.wrong_format}")
-    console.print(report.table("platform/element_type"))
+    console.print(plain(report.table("platform/element_type")))
     out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}"
     out.mkdir(parents=True, exist_ok=True)
     result = report.to_dict()
     (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
     page = build_grounding_report(result, out / "report.html", title=f"grounding evaluation of {args.data}")
-    console.print(f"results: [bold]{out / 'results.json'}[/]   report: [bold]{page}[/]")
+    console.print(f"results: [bold]{plain(out / 'results.json')}[/]   report: [bold]{plain(page)}[/]")
     return EXIT_OK
