@@ -448,9 +448,10 @@ def guir1_format_ok(response: str) -> tuple[bool, str]:
 def _pixel(digits: str) -> float:
     """A coordinate the released point regex read: its int, or the infinity of its sign past 300 digits
     (``int()`` stops at 4,300 and a float at about 308; either way it misses every target)."""
-    if len(digits.lstrip("-").lstrip("0")) > 300:
-        return -math.inf if digits.startswith("-") else math.inf
-    return int(digits)
+    negative, body = digits.startswith("-"), digits.lstrip("-").lstrip("0") or "0"
+    if len(body) > 300:
+        return -math.inf if negative else math.inf
+    return -int(body) if negative else int(body)  # zeros stripped first: they count toward int()'s limit
 
 
 def _point_hits(point: tuple[float, float], gt: Sequence[float]) -> tuple[bool, float | None]:

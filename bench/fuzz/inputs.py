@@ -96,6 +96,8 @@ KNOWN_INPUTS: list[tuple[str, str]] = [
     ("gui-r1", f"<think>t</think><answer>[{{'action': 'click', 'point': [{_HEX}, 5], 'input_text': 'x'}}]</answer>"),
     ("gui-r1", f"<think>t</think><answer>[{{'action': {_HEX}, 'point': [5, 5], 'input_text': 'x'}}]</answer>"),
     ("gui-r1", "<think>t</think><answer>[{'action': 'type', 'point': [1, 2], 'input_text': '\\d'}]</answer>"),
+    ("gui-r1", f"<think>t</think><answer>[{{'action': 'click', 'point': [5, {'0' * 5000}7], 'input_text': 'x'}}]"
+               "</answer>"),  # leading zeros count toward int()'s digit limit
     ("gui-r1", "<think>" + _TAGS),  # the quadratic format regex: 156 KiB
     ("gui-r1", f"<think>t</think><answer>[{_ITEMS}]</answer>"),  # 8,000 items
     ("qwen2.5-vl/computer_use", call_text("computer_use", action="left_click", coordinate=[int(_BIG), 5])),
