@@ -1,7 +1,7 @@
 """Training from verifiable rewards: InfiGUI-G1's AEPO and GUI-R1's GRPO, and the supervised stages around them.
 
-- ``rewards``: the verifiable rewards as pure functions; ``reward_registry``: the names a config gives them;
-  ``algos``: advantages, the PPO surrogate, the k3 KL.
+- ``rewards``: the verifiable rewards as pure functions (``collinear``: AEPO's collinear test, O(N^2));
+  ``reward_registry``: the names a config gives them; ``algos``: advantages, the PPO surrogate, the k3 KL.
 - ``samples``: training samples and prompts, JSONL files, streaming groups.
 - ``data`` (a package): prompt sources (grounding files, generated screens, recorded trajectories), the resumable
   sampler, the reward adapter; ``curriculum``: difficulty filtering, dynamic sampling, the adaptive curriculum.

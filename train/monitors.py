@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from train.rewards import is_collinear, parse_point_list
+from train.collinear import is_collinear
+from train.rewards import parse_point_list
 from train.samples import TrainSample
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def collapse_metrics(
     * ``answers_per_sample``, ``answers_max``: number of proposed points per response; a response that does not
       parse counts 0 here and 1 in ``parse_fail_rate`` (share of responses that do not parse).
     * ``collinear_rate``: share of responses with three or more points of which some three lie on one line
-      (``train.rewards.is_collinear``, the AEPO penalty's test).
+      (``train.collinear.is_collinear``, the AEPO penalty's test).
     * ``response_tokens_mean``: mean number of response token ids.
     * ``samples``, ``groups``: counts.
 

@@ -20,7 +20,7 @@ from envs.records import Outcome
 from policy.base import Decision, HistoryEntry
 from policy.backends.hf import split_images
 from policy.errors import FormatParseError
-from train.rewards import is_collinear
+from train.collinear import is_collinear
 from train.samples import TrainSample
 from train.transport import ActorStatus, EpisodeMessage, GroupMessage, TransportClosed
 

@@ -20,7 +20,8 @@ from policy.formats import get_format
 from policy.formats.base import MAX_OUTPUT_CHARS
 from policy.formats.positions import SourcePositions
 from policy.presets import ModelPreset
-from train.rewards import aepo_reward, guir1_format_ok, is_collinear
+from train.collinear import is_collinear
+from train.rewards import aepo_reward, guir1_format_ok
 
 # -- the naive path: the code the fixes replaced ------------------------------------------------------
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from train.collinear import is_collinear
 from train.errors import UnknownReward
 from train.reward_registry import REWARDS, AnswerKind, get_reward
 from train.rewards import (
@@ -16,7 +17,6 @@ from train.rewards import (
     distance_reward,
     distance_to_box,
     guir1_reward,
-    is_collinear,
     parse_point_list,
     token_f1,
 )

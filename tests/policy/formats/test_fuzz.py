@@ -25,7 +25,8 @@ from devices.actions import Action
 from policy.errors import CoordinateError, FormatParseError
 from policy.formats import get_format
 from policy.formats.base import MAX_OUTPUT_CHARS, Parsed
-from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_format_ok, guir1_reward, is_collinear
+from train.collinear import is_collinear
+from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_format_ok, guir1_reward
 
 TARGETS = {group: targets(group) for group in VALID}
 
