@@ -130,7 +130,8 @@ class ModelSpace:
         """The normalized frame point of model coordinates (x', y'); None for the no-target sentinel.
         Every other value is a Point inside [0, 1] or a CoordinateError (see ``coordinate``)."""
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (x, y)):
-            raise CoordinateError(f"coordinates must be numbers, got ({type(x).__name__}, {type(y).__name__})")
+            kinds = f"{type(x).__name__}, {type(y).__name__}"
+            raise CoordinateError(f"coordinates must be numbers, got ({kinds})")
         x, y = coordinate(x), coordinate(y)
         if (x, y) == NO_TARGET:
             return None

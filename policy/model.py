@@ -69,7 +69,10 @@ class ModelPolicy:
         return self.decision(generation, space, history)
 
     def decision(self, generation: Generation, space: ModelSpace, history: Sequence[HistoryEntry]) -> Decision:
-        """Parse a generation into a Decision (the first parsable sample is executed)."""
+        """Parse a generation into a Decision (the first parsable sample is executed). The formats are total
+        (``policy.formats.base``): whatever a sample says, its parse gives actions inside the screen or a
+        FormatParseError, which becomes the Decision's ``parse_error`` (no action) that the episode runner
+        records and asks again for."""
         parsed, errors = [], []
         for sample in generation.samples:
             try:

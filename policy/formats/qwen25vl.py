@@ -214,7 +214,8 @@ class Qwen25VLFormat:
                 if set(xy) != {"x", "y"}:
                     raise FormatParseError(f"<points> has x{idx[:12]} or y{idx[:12]} without the other", text,
                                            m.start())
-                mp, point = model_point(space, [xy["x"], xy["y"]], f"<points> x{idx[:12]}, y{idx[:12]}", text, m.start())
+                where = f"<points> x{idx[:12]}, y{idx[:12]}"
+                mp, point = model_point(space, [xy["x"], xy["y"]], where, text, m.start())
                 points.append(mp)
                 actions.append(make_action(text, m.start(), kind=ActionKind.CLICK, point=point))
         if not actions:
@@ -319,8 +320,8 @@ class Qwen25VLFormat:
             if p is not None:
                 return p
             if cursor is None:
-                raise FormatParseError(f"action {shown(name)} has no 'coordinate' and no earlier cursor position is known",
-                                       text, pos)
+                raise FormatParseError(f"action {shown(name)} has no 'coordinate' and no earlier cursor position is "
+                                       "known", text, pos)
             mps.append(space.from_point(cursor))
             return cursor
 
