@@ -281,7 +281,9 @@ class EpisodeBook:
     def _terminated(self, action: Action, checker: dict[str, Any] | None, info: dict[str, Any]) -> None:
         if action.kind is ActionKind.FINISH:
             self.finish_fields["answer"] = action.text
-        if checker is not None:
+        if info.get("planned"):  # a dry run's finish (envs.wrappers.DryRun): the plan is complete, nothing was checked
+            self.outcome = Outcome.PLANNED
+        elif checker is not None:
             self.outcome = Outcome.SUCCESS if checker["success"] else Outcome.FAILURE
             self.finish_fields["verifier"] = checker
         elif action.kind is ActionKind.INFEASIBLE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from envs.trajectory import Episode, EpisodeState
 OUTCOME_STYLE = {
     Outcome.SUCCESS: "bold green", Outcome.CLAIMED: "green", Outcome.FAILURE: "bold red",
     Outcome.INFEASIBLE: "yellow", Outcome.TRUNCATED: "yellow", Outcome.ABORTED: "bold red",
-    Outcome.INTERRUPTED: "yellow",
+    Outcome.INTERRUPTED: "yellow", Outcome.PLANNED: "bold cyan",
 }
 PHASE_ORDER = ("start", *PHASES)
 """The runner's phases, and ``start``: the device's start in runs recorded before the one runner (still shown)."""
@@ -48,7 +49,10 @@ def print_step(console: Any, step: StepRecord) -> None:
     console.print(f"  step {step.index:>3}  {what}  [dim]{total * 1000:.0f} ms[/]", soft_wrap=True)
 
 
-def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> None:
+def print_summary(console: Any, record: EpisodeRecord, episode_path: Path,
+                  steps: Sequence[StepRecord] = ()) -> None:
+    """The outcome, why, the checker's verdict or the answer, time per phase and where the trajectory is. A dry run
+    (outcome ``planned``) lists the actions it would have performed, from ``steps``."""
     from rich.table import Table
 
     outcome = record.outcome
@@ -57,11 +61,11 @@ def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> No
     table.add_column("phase")
     table.add_column("total", justify="right")
     table.add_column("per step", justify="right")
-    steps = max(record.num_steps, 1)
+    count = max(record.num_steps, 1)
     for phase in PHASE_ORDER:
         seconds = record.timings.get(phase, 0.0)
         if seconds or phase in ("observe", "decide", "act", "settle", "record"):
-            per = "" if phase in ("start", "reset") else f"{seconds / steps * 1000:.0f} ms"
+            per = "" if phase in ("start", "reset") else f"{seconds / count * 1000:.0f} ms"
             table.add_row(phase, f"{seconds:.2f} s", per)
     wall = (record.ended_at or record.started_at) - record.started_at
     console.print()
@@ -77,8 +81,24 @@ def print_summary(console: Any, record: EpisodeRecord, episode_path: Path) -> No
                       f"{plain(record.verifier.get('clicked'))})")
     if record.answer:
         console.print(f"  answer: {plain(record.answer)}")
+    if record.outcome is Outcome.PLANNED or (record.dry_run and steps):
+        _print_plan(console, steps)
     console.print(table)
-    console.print(f"  trajectory: [bold]{plain(episode_path)}[/]  (agent show {plain(episode_path)})", soft_wrap=True)
+    # Two lines: each path fits an 80-column terminal on its own.
+    console.print(f"  trajectory: [bold]{plain(episode_path)}[/]", soft_wrap=True)
+    console.print(f"  read it:    agent show {plain(episode_path)}", soft_wrap=True)
+
+
+def _print_plan(console: Any, steps: Sequence[StepRecord]) -> None:
+    """A dry run's plan: the actions it chose, in order (none was performed)."""
+    planned = [s for s in steps if s.action is not None and s.guard and s.guard.get("dry_run")
+               and s.action.get("kind") not in ("finish", "infeasible")]
+    if not planned:
+        console.print("  dry run: no action would have been performed")
+        return
+    console.print(f"  dry run: {len(planned)} action{'s' if len(planned) != 1 else ''} would have been performed:")
+    for s in planned:
+        console.print(f"    {s.index:>3}  {plain(describe_action(s.action))}", soft_wrap=True)
 
 
 def print_episode(console: Any, episode: Episode) -> None:

@@ -29,6 +29,8 @@ class Outcome(str, Enum):
     """An error stopped the episode (``reason`` has its type and message)."""
     INTERRUPTED = "interrupted"
     """The run was asked to stop: Ctrl-C, SIGTERM or SIGHUP (or its task was cancelled)."""
+    PLANNED = "planned"
+    """A dry run ended: the policy said it finished, and its steps are the plan (none was performed, no checker ran)."""
 
 
 class Actor(str, Enum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from devices.actions import TERMINAL_KINDS, Action
+from devices.actions import Action, ActionKind
 from devices.base import Observation
 from envs.base import StepVerdict
 from envs.errors import EnvError
@@ -86,8 +86,10 @@ class DryRun(Wrapper):
     """Records what would be done without doing it: non-terminal actions are not performed.
 
     ``step`` returns the last observation unchanged, reward 0 and ``info["dry_run"] = True``, so the
-    policy goes on as if the action happened and the whole plan is recorded. ``finish`` and
-    ``infeasible`` reach the environment (its checker then judges the untouched screen).
+    policy goes on as if the action happened and the whole plan is recorded. ``finish`` ends the plan
+    without reaching the environment: ``terminated``, reward 0 and ``info["planned"] = True`` (the
+    checker would only judge the untouched screen, so it is not asked; the episode's outcome is
+    ``planned``). ``infeasible`` reaches the environment: the policy found no plan.
     """
 
     def __init__(self, env: Any) -> None:
@@ -101,8 +103,10 @@ class DryRun(Wrapper):
         return obs, info
 
     async def step(self, action: Action) -> StepResult:
-        if action.kind in TERMINAL_KINDS:
+        if action.kind is ActionKind.INFEASIBLE:
             return await self.env.step(action)
         if self._last is None:
             raise EnvError(f"{getattr(self.env, 'name', 'the environment')}: call `await env.reset()` before stepping")
+        if action.kind is ActionKind.FINISH:
+            return self._last, 0.0, True, False, {"dry_run": True, "planned": True}
         return self._last, 0.0, False, False, {"dry_run": True}

@@ -7,7 +7,7 @@
     agent doctor               check that the browser, fonts and OCR models are in place
     agent eval | report | data show | envs | devices | train [--online]    (agent COMMAND --help)
 
-Exit codes: 0 success or claimed; 1 the episode ended otherwise (failure, infeasible, truncated,
+Exit codes: 0 success, claimed or planned (--dry-run); 1 the episode ended otherwise (failure, infeasible, truncated,
 aborted); 2 bad input (arguments, config, unwritable run folder); 130 interrupted by Ctrl-C.
 
 One module per command (``run``, ``show``, ``doctor``, ``evaluate`` for ``eval``, ``report``, ``data``, ``envs``,
@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
-from agent.cli import data, devices, doctor, envs, evaluate, parse, report, run, show, train
+from agent.cli import data, devices, doctor, envs, evaluate, parse, record, report, run, show, train
 from agent.cli.common import EXIT_USAGE, setup_logging
 
 # In the order ``agent --help`` lists them.
-COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (run, show, doctor, evaluate, report, data, envs, devices,
-                                                        train, parse)}
+COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (run, record, show, doctor, evaluate, report, data, envs,
+                                                        devices, train, parse)}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 """``agent run``: one task on one device, observed, decided, acted, settled and recorded until it ends.
 
 Everything the run needs (config, task, start page, policy, guard, run folder) is resolved before the device
-starts, so bad input ends with exit code 2 and nothing half-started. The episode ends with exit code 0 (success or
-claimed), 1 (failure, infeasible, truncated, aborted), or 128 + the signal's number when Ctrl-C (130), SIGTERM (143)
-or SIGHUP (129) stopped it: each ends the episode as interrupted (``agent.signals``).
+starts, so bad input ends with exit code 2 and nothing half-started. The episode ends with exit code 0 (success,
+claimed, or planned by --dry-run), 1 (failure, infeasible, truncated, aborted), or 128 + the signal's number when
+Ctrl-C (130), SIGTERM (143) or SIGHUP (129) stopped it: each ends the episode as interrupted (``agent.signals``).
 """
 
 from __future__ import annotations
@@ -193,13 +193,18 @@ def execute(cfg: Any, plan: RunPlan) -> int:
     console.print(f"[bold]task[/] {plain(plan.secrets.redact(plan.task))}  [dim]({plain(plan.url)})[/]")
     interrupted = False
     stopped_by: list[int] = []  # the signal that stopped the episode, if one did
+    steps: list[Any] = []  # as recorded (redacted): a dry run's summary lists them as the plan
+
+    def on_step(step: Any) -> None:
+        steps.append(step)
+        print_step(console, step)
 
     async def episode() -> None:
         stop = stop_on_signals(stopped_by.append)
         try:
             options = RunOptions(cfg.agent.max_parse_retries, assume_yes=cfg.guard.assume_yes)
             await run_episode(env, plan.policy, writer, options=options, guard=plan.guard, secrets=plan.secrets,
-                              on_step=lambda step: print_step(console, step), stop=stop, person=terminal_person(),
+                              on_step=on_step, stop=stop, person=terminal_person(),
                               ocr=_screen_reader(cfg))
         finally:
             await _close(env)
@@ -210,12 +215,12 @@ def execute(cfg: Any, plan: RunPlan) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     record = writer.record
-    print_summary(console, record, writer.path)
+    print_summary(console, record, writer.path, steps)
     if interrupted or record.outcome is Outcome.INTERRUPTED:
         from agent.signals import exit_code
 
         return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
-    return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED) else EXIT_EPISODE_FAILED
+    return EXIT_OK if record.outcome in (Outcome.SUCCESS, Outcome.CLAIMED, Outcome.PLANNED) else EXIT_EPISODE_FAILED
 
 
 def _screen_reader(cfg: Any) -> Any:

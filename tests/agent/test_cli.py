@@ -55,11 +55,18 @@ def test_chinese_builtin_task(tmp_path):
 
 
 def test_dry_run_does_nothing_to_the_page(tmp_path):
-    result = agent("run", "--dry-run", "--runs-dir", str(tmp_path))
+    result = agent("run", "Click Save", "--dry-run", "--runs-dir", str(tmp_path))
     _, episode = only_episode(tmp_path)
-    assert episode.record.dry_run and episode.record.outcome is Outcome.FAILURE, result.stdout
-    assert episode.record.verifier["clicks"] == []
-    assert result.returncode == 1
+    # Its own outcome, exit 0: a dry run that planned its actions did what was asked.
+    assert episode.record.dry_run and episode.record.outcome is Outcome.PLANNED, result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert episode.record.verifier is None  # the checker never judged the untouched page
+    click = episode.steps[0]
+    assert click.action["kind"] == "click" and not click.executed and click.guard["dry_run"]
+    assert click.target is None  # nothing was clicked, so no element reported being under the point
+    assert "PLANNED" in result.stdout and "FAILURE" not in result.stdout
+    assert "dry run: 1 action would have been performed" in result.stdout
+    assert "0  click (" in result.stdout
 
 
 def test_scripted_policy_from_a_file(tmp_path):

@@ -144,13 +144,27 @@ def test_infeasible(tmp_path, page_url):
 
 
 def test_dry_run_records_but_does_not_act(tmp_path, page_url):
-    record, episode = _run(tmp_path, page_url, [Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)],
-                           checker=OK_TASK.check, dry_run=True)
-    # The click was never performed, so the page's checker says no.
-    assert record.outcome is Outcome.FAILURE
-    assert record.verifier["clicks"] == []
-    click = episode.steps[0]
+    run = RunWriter(tmp_path / "runs", config={"test": True})
+    writer = run.episode(task="t", dry_run=True)
+    env = _env(_device(page_url), checker=OK_TASK.check, dry_run=True)
+
+    async def main():
+        try:
+            record = (await run_episode(env, ScriptedPolicy([Action(ActionKind.CLICK, OK), Action(ActionKind.FINISH)]),
+                                        writer)).record
+            # The page, after the episode: the planned click was never performed.
+            return record, await env.unwrapped.device.evaluate("window.handeye.clicks")
+        finally:
+            await env.close()
+
+    record, clicks = asyncio.run(main())
+    assert clicks == []
+    # The plan is the outcome: the checker is not asked to judge a screen nothing was done to.
+    assert record.outcome is Outcome.PLANNED and record.verifier is None and record.dry_run
+    episode = read_episode(writer.path)
+    click, finish = episode.steps
     assert not click.executed and click.guard["dry_run"] is True and click.action["kind"] == "click"
+    assert finish.action["kind"] == "finish" and finish.info["env_info"] == {"planned": True}
 
 
 def test_guard_refusal_is_recorded_and_the_policy_goes_on(tmp_path, page_url):

@@ -80,10 +80,15 @@ def test_dry_run_performs_nothing_but_terminal_actions_and_counts_against_the_bu
         for _ in range(2):
             again, reward, terminated, truncated, info = await env.step(CLICK)
             assert again is obs and (reward, terminated, truncated) == (0.0, False, False) and info == {"dry_run": True}
-        assert (await env.step(Action(ActionKind.FINISH)))[1:4] == (1.0, True, False)
+        # finish ends the plan without reaching the environment (its checker would judge an untouched screen)
+        again, reward, terminated, truncated, info = await env.step(Action(ActionKind.FINISH))
+        assert again is obs and (reward, terminated, truncated) == (0.0, True, False)
+        assert info == {"dry_run": True, "planned": True}
+        # infeasible reaches it: the policy found no plan
+        await env.step(Action(ActionKind.INFEASIBLE, text="no"))
 
     asyncio.run(main())
-    assert inner.performed == []
+    assert [a.kind for a in inner.performed] == [ActionKind.INFEASIBLE]
     with pytest.raises(EnvError, match="reset"):
         asyncio.run(DryRun(Counter()).step(CLICK))
 
