@@ -180,6 +180,13 @@ class PlaywrightDevice(AsyncContextDevice):
             raise DeviceError("the web device is not started; call `await device.start()` first")
         return self._page
 
+    @property
+    def context(self) -> Any:
+        """The Playwright browser context (every page and frame of this device), for the recorder's listeners."""
+        if self._context is None:
+            raise DeviceError("the web device is not started; call `await device.start()` first")
+        return self._context
+
     async def start(self) -> None:
         if self._page is not None:
             raise DeviceError("the web device is already started")

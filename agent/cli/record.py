@@ -1,0 +1,133 @@
+"""``agent record``: a person does the task while handeye writes the same trajectory an agent run writes.
+
+    agent record "Sign in as alice" --url https://example.com/login      # a browser opens; do the task
+    agent record "Turn on Wi-Fi" --device android                          # on the phone
+    agent record "Rename the file" --device desktop                        # on the X display
+
+The recording ends with the stop key (web and desktop: Control+Alt+S), by closing the browser, or
+with Ctrl-C in the terminal (then it is marked interrupted; every step so far is kept). The pause
+key (Control+Alt+P) pauses and resumes; the pause is marked in the episode. Exit codes: 0 the
+demonstration was recorded, 1 it ended on an error, 2 bad input, 128 + signal when stopped by one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg, make_console,
+                              print_error, versions)
+from agent.terminal import plain
+
+NAME = "record"
+
+
+def add_parser(sub: Any) -> None:
+    rec = sub.add_parser(NAME, help="record a person doing a task, in the trajectory format agent runs write",
+                         description=(
+        "Open the device, watch what the person does, and write each action with the screen just before it "
+        "and the element it hit (actor = human). End with the stop key (Control+Alt+S), by closing the browser, "
+        "or with Ctrl-C. docs/recording.md has the whole picture."))
+    rec.add_argument("task", help='what the person is about to do, e.g. "Subscribe to the newsletter"')
+    rec.add_argument("--device", type=device_arg, metavar="DEVICE", help="web (default), desktop, or android[:SERIAL]")
+    rec.add_argument("--url", help="the start page on the web (default: the built-in demo page)")
+    rec.add_argument("--headless", action="store_true", help="no browser window (for a program playing the person)")
+    rec.add_argument("--pause-key", default="Control+Alt+p", help="pauses and resumes the recording")
+    rec.add_argument("--stop-key", default="Control+Alt+s", help="ends the recording")
+    rec.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    rec.add_argument("--config", help="config file (default: ./config.toml when present)")
+    add_set_option(rec, "override one config option; repeatable")
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+
+    from agent.config import load_config
+    from agent.errors import AgentError
+    from agent.secrets import Secrets
+
+    overrides = list(args.overrides)
+    if args.runs_dir:
+        overrides.insert(0, f"record.runs_dir={json.dumps(args.runs_dir)}")
+    kind, serial = args.device or ("web", "")
+    try:
+        cfg = load_config(config_path(args.config), overrides)
+        secrets = Secrets(dict(cfg.secrets))
+        recorder, site = make_recorder(cfg, kind, serial, args)
+    except (AgentError, ValueError, OSError) as e:
+        return print_error(str(e))
+    try:
+        return record(cfg, recorder, args.task, secrets)
+    finally:
+        if site is not None:
+            site.close()
+
+
+def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The recorder for ``kind`` (and the built-in pages' server when the web recording starts on them)."""
+    from dataclasses import replace
+
+    from agent.errors import ConfigError
+
+    if kind != "web":
+        if args.url:
+            raise ConfigError(f"--url is for the web; the {kind} device is recorded as it is")
+        raise ConfigError(f"recording on the {kind} device is not wired into `agent record` yet; record on the web")
+    from devices.web import PlaywrightDevice, check_url
+    from devices.web_recorder import WebRecorder
+
+    site = None
+    url = args.url
+    if url:
+        check_url(url)
+    else:
+        from envs.site import LocalSite
+
+        site = LocalSite()
+        url = site.url("demo.html")
+    web = replace(cfg.web, headless=bool(args.headless))
+    return WebRecorder(PlaywrightDevice(web, cfg.settle), url, pause_key=args.pause_key,
+                       stop_key=args.stop_key), site
+
+
+def record(cfg: Any, recorder: Any, task: str, secrets: Any) -> int:
+    """Record one demonstration; print each step as it comes and the summary; the exit code."""
+    from agent.cli.run import stop_on_signals
+    from agent.record import record_demonstration
+    from agent.secrets import redact_logs
+    from agent.summary import print_step, print_summary
+    from envs.records import Actor, Outcome
+    from envs.recording import RecordingEnv
+    from envs.trajectory import RunWriter
+
+    console = make_console()
+    run = RunWriter(cfg.record.runs_dir, config={"kind": "record", "config": cfg.to_dict(), "versions": versions()},
+                    frame_format=cfg.record.frame_format, fsync=cfg.record.fsync)
+    writer = run.episode(task=secrets.redact(task), actor=Actor.HUMAN)
+    env = RecordingEnv(recorder, task)
+    redact_logs(secrets)
+    stopped_by: list[int] = []
+    console.print(f"[bold]recording[/] {plain(secrets.redact(task))}: do the task; end with "
+                  f"{plain(getattr(recorder, 'interpreter', None) and recorder.interpreter.stop_key or 'Ctrl-C')}, by "
+                  "closing the browser, or with Ctrl-C")
+
+    async def main() -> None:
+        stop = stop_on_signals(stopped_by.append)
+        try:
+            await record_demonstration(env, writer, secrets=secrets, on_step=lambda s: print_step(console, s),
+                                       stop=stop)
+        finally:
+            await asyncio.shield(env.close())
+
+    try:
+        asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass
+    record_ = writer.record
+    print_summary(console, record_, writer.path)
+    if stopped_by:
+        from agent.signals import exit_code
+
+        return exit_code(stopped_by[0])
+    return EXIT_OK if record_.outcome is Outcome.CLAIMED else EXIT_EPISODE_FAILED

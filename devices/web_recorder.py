@@ -1,0 +1,235 @@
+"""WebRecorder: a person's input on Chromium pages as unified actions, each with the screen just before it.
+
+    device = PlaywrightDevice(WebConfig(headless=False))
+    recorder = WebRecorder(device, "https://example.com")
+    await recorder.start()                         # the browser opens on the page
+    event = await recorder.next_event()            # a DemoEvent: action, pre-action frame, target element
+
+The listener (``devices/web_recorder_script.py``) is injected into every page and frame of the
+browser context, those opened later included; it reports raw input through a binding. Here raw
+input becomes actions (``Interpreter``): a press and release in place is a click (two within
+``DOUBLE_CLICK_S`` a double click), a press moved more than ``DRAG_PX`` a drag, a context menu a
+right click, wheel turns within ``WHEEL_GAP_S`` one scroll, typing one ``type`` per field
+(committed on blur, Enter, Tab or a click elsewhere; password fields masked), a select change a
+``type`` of the option's label into the select, keys outside fields and any key with a modifier a
+``key`` or ``hotkey``, a navigation no action caused an ``open_url`` (or ``back``), and a new tab is
+followed. The pause key (default Control+Alt+P) pauses and resumes, the stop key (Control+Alt+S)
+or closing the browser ends the recording.
+
+Frames: a CDP screencast per page keeps the last ``RING`` frames with their times (a frame comes
+whenever the page repaints); each event takes the newest frame older than it, so the stored frame
+is the screen the person acted on, its password fields blurred at capture. Nothing is dropped: raw
+reports queue without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import logging
+import time
+from typing import Any
+
+from devices.base import Observation
+from devices.errors import DeviceError
+from devices.frames import decode
+from devices.recording import DemoEvent
+from devices.web import PlaywrightDevice
+from devices.web_interpret import Interpreter, RawReport
+from devices.web_recorder_script import LISTENER_JS, STATE_JS
+
+log = logging.getLogger(__name__)
+
+RING = 90
+"""Screencast frames kept per page (a few seconds of repaints)."""
+
+
+class WebRecorder:
+    """Records what a person does in the browser of ``device`` (see the module docstring)."""
+
+    def __init__(self, device: PlaywrightDevice, url: str, *, pause_key: str = "Control+Alt+p",
+                 stop_key: str = "Control+Alt+s") -> None:
+        self.device = device
+        self.url = url
+        cfg = device.config
+        self.interpreter = Interpreter(viewport=(cfg.viewport_width, cfg.viewport_height), pause_key=pause_key,
+                                       stop_key=stop_key)
+        self._raw: asyncio.Queue[RawReport | None] = asyncio.Queue()
+        self._frames: dict[Any, collections.deque[tuple[float, bytes]]] = {}
+        self._cdp: dict[Any, Any] = {}
+        self._pages: list[Any] = []
+        self.active: Any = None
+        """The page the person acted on last (a new tab becomes active when it opens)."""
+        self._pump: asyncio.Task[None] | None = None
+        self._out: asyncio.Queue[DemoEvent | None] = asyncio.Queue()
+        self.start_state: dict[str, Any] = {}
+        """The page's URL, title and visible text when the recording started (for derived tasks)."""
+        self._closed = False
+        self._previous_at = 0.0
+        self.started = asyncio.Event()
+        """Set once the start page is open and every listener is in place."""
+
+    # -- life cycle -------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.device.start()
+        context = self.device.context
+        await context.expose_binding("__handeyeRecord", self._on_report)
+        await context.add_init_script(LISTENER_JS)
+        context.on("page", lambda page: asyncio.ensure_future(self._watch(page, new_tab=True)))
+        await self._watch(self.device.page, new_tab=False)
+        await self.device.goto(self.url)
+        self.start_state = await self.page_state([])
+        self._pump = asyncio.create_task(self._run_pump(), name="web-recorder")
+        self.started.set()
+
+    async def _watch(self, page: Any, *, new_tab: bool) -> None:
+        self._pages.append(page)
+        self._frames[page] = collections.deque(maxlen=RING)
+        page.on("close", lambda _p: self._raw.put_nowait(RawReport("closed", time.time(), page, {})))
+        if new_tab:
+            self.active = page
+            self._raw.put_nowait(RawReport("tab", time.time(), page, {"tab": len(self._pages) - 1, "url": page.url}))
+        else:
+            self.active = page
+        try:
+            cdp = await self.device.context.new_cdp_session(page)
+            self._cdp[page] = cdp
+            cdp.on("Page.screencastFrame", lambda f: self._on_frame(page, cdp, f))
+            width, height = self.device.config.viewport_width, self.device.config.viewport_height
+            scale = self.device.config.device_scale_factor
+            await cdp.send("Page.startScreencast", {"format": "png", "maxWidth": int(width * scale),
+                                                    "maxHeight": int(height * scale), "everyNthFrame": 1})
+            await self._capture_now(page)  # the screencast sends frames only on repaints: one to start with
+        except Exception as e:  # a tab that closed at once: nothing to watch
+            log.debug("could not watch a page: %s", e)
+
+    async def _capture_now(self, page: Any) -> None:
+        cdp = self._cdp.get(page)
+        if cdp is None:
+            return
+        reply = await cdp.send("Page.captureScreenshot", {"format": "png"})
+        self._frames[page].append((time.time(), base64.b64decode(reply["data"])))
+
+    def _on_frame(self, page: Any, cdp: Any, frame: dict[str, Any]) -> None:
+        at = float(frame.get("metadata", {}).get("timestamp") or time.time())
+        self._frames[page].append((at, base64.b64decode(frame["data"])))
+        asyncio.ensure_future(self._ack(cdp, frame["sessionId"]))
+
+    @staticmethod
+    async def _ack(cdp: Any, session_id: int) -> None:
+        try:
+            await cdp.send("Page.screencastFrameAck", {"sessionId": session_id})
+        except Exception:  # the page went away; its frames are no longer wanted
+            pass
+
+    async def _on_report(self, source: dict[str, Any], payload: Any) -> None:
+        if not isinstance(payload, dict):
+            return
+        frame = source.get("frame")
+        page = source.get("page")
+        offset = (0.0, 0.0)
+        if frame is not None and page is not None and frame != page.main_frame:
+            offset = await _frame_offset(frame)
+        at = float(payload.get("t") or time.time() * 1000) / 1000
+        self._raw.put_nowait(RawReport(str(payload.get("kind")), at, page, payload, offset,
+                                       frame.url if frame is not None else ""))
+
+    def request_stop(self) -> None:
+        """End the recording as if the stop key had been pressed."""
+        self._raw.put_nowait(None)
+
+    async def stop(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._raw.put_nowait(None)
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
+        await self.device.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "web", **self.device.describe(), "input": "page listeners in every frame and tab",
+                "frames": "CDP screencast (pre-action frames)", "pause_key": self.interpreter.pause_key,
+                "stop_key": self.interpreter.stop_key}
+
+    # -- events -----------------------------------------------------------------------------------------------------
+    async def next_event(self) -> DemoEvent | None:
+        return await self._out.get()
+
+    async def _run_pump(self) -> None:
+        """Raw reports in, DemoEvents out, in the order of their input times."""
+        try:
+            while True:
+                hold = self.interpreter.hold_s()
+                try:
+                    report = await (asyncio.wait_for(self._raw.get(), hold) if hold is not None else self._raw.get())
+                except asyncio.TimeoutError:
+                    report = "flush"
+                if report is None or (isinstance(report, RawReport) and report.kind == "closed"
+                                      and report.page is self._pages[0]):
+                    for made in self.interpreter.flush():
+                        await self._emit(made)
+                    break
+                made_list = self.interpreter.flush() if report == "flush" else self.interpreter.feed(report)
+                for made in made_list:
+                    await self._emit(made)
+                if self.interpreter.stopped:
+                    break
+        finally:
+            self._out.put_nowait(None)
+
+    async def _emit(self, made: Any) -> None:
+        if made.page is not None:
+            self.active = made.page
+        frame, lag = await self._frame_before(made.page or self.active, made.at)
+        self._previous_at = made.at
+        obs = Observation(frame=decode(frame), meta={"url": made.url}, encoded=frame, encoding="png",
+                          sensitive_boxes=made.sensitive_boxes)
+        target = made.target
+        self._out.put_nowait(DemoEvent(made.action, made.at, obs, lag, target, made.masked, made.info))
+
+    async def _frame_before(self, page: Any, at: float) -> tuple[bytes, float]:
+        """The newest frame older than ``at``, and how far it may trail the screen then.
+
+        The screencast sends a frame whenever the page repaints, so a frame newer than the previous action is the
+        screen as it was at ``at`` (lag 0, however old); one older than the previous action may miss that action's
+        effect, and its lag is its age."""
+        frames = self._frames.get(page) or collections.deque()
+        older = [f for f in frames if f[0] <= at]
+        if older:
+            t, data = older[-1]
+            return data, (0.0 if t >= self._previous_at else max(0.0, at - t))
+        await self._capture_now(page)  # nothing older: the best there is now, taken after the event
+        t, data = self._frames[page][-1]
+        return data, max(0.0, at - t)
+
+    # -- state, for derived tasks -----------------------------------------------------------------------------------
+    async def observe(self) -> Observation:
+        page = self.active or self.device.page
+        await self._capture_now(page)
+        _, data = self._frames[page][-1]
+        return Observation(frame=decode(data), meta={"url": page.url}, encoded=data, encoding="png")
+
+    async def page_state(self, selectors: list[str], frame_url: str = "") -> dict[str, Any]:
+        """URL, title, visible text of the active page, and the state (value, checked, selected, text) of the
+        elements ``selectors`` name, in the frame whose URL is ``frame_url`` (the main frame when empty)."""
+        page = self.active or self.device.page
+        frame = next((f for f in page.frames if frame_url and f.url == frame_url), page.main_frame)
+        try:
+            return await frame.evaluate(STATE_JS, selectors)
+        except Exception as e:
+            raise DeviceError(f"could not read the page's state: {e}") from e
+
+
+async def _frame_offset(frame: Any) -> tuple[float, float]:
+    """Where a child frame's viewport starts in its top page's viewport, CSS pixels (borders included)."""
+    x = y = 0.0
+    while frame.parent_frame is not None:
+        element = await frame.frame_element()
+        dx, dy = await element.evaluate(
+            "e => { const r = e.getBoundingClientRect(); return [r.left + e.clientLeft, r.top + e.clientTop]; }")
+        x, y = x + dx, y + dy
+        frame = frame.parent_frame
+    return x, y
