@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, make_console, print_error, size
+from agent.terminal import plain
 
 NAME = "parse"
 
@@ -79,10 +80,10 @@ def _show(args: argparse.Namespace, preset: Any, space: Any, fmt: Any) -> int:
     try:
         parsed = fmt.parse(args.text, space, preset)
     except FormatParseError as e:
-        console.print(f"[bold red]parse error:[/] {e}", soft_wrap=True)
+        console.print(f"[bold red]parse error:[/] {plain(e)}", soft_wrap=True)
         return EXIT_EPISODE_FAILED
     if parsed.thought:
-        console.print(f"thought: {parsed.thought.strip()[:300]}", soft_wrap=True)
+        console.print(f"thought: {plain(parsed.thought.strip()[:300])}", soft_wrap=True)
     table = Table(box=None, header_style="bold")
     for col in ("#", "action", "model point", "normalized", "frame px", "details"):
         table.add_column(col)
@@ -93,6 +94,7 @@ def _show(args: argparse.Namespace, preset: Any, space: Any, fmt: Any) -> int:
         px = " -> ".join(f"({u:.1f}, {v:.1f})" for u, v in (space.to_frame_pixels(p) for p in points))
         details = {k: v for k, v in action.to_dict().items() if k not in ("kind", "point", "end")}
         table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
-                      model or "-", norm or "-", px or "-", json.dumps(details, ensure_ascii=False) if details else "")
+                      model or "-", norm or "-", px or "-",
+                      plain(json.dumps(details, ensure_ascii=False)) if details else "")
     console.print(table)
     return EXIT_OK

@@ -41,7 +41,8 @@ Action mapping (UI-TARS -> unified)
     clicks of the reference runtime); v1 mobile scroll(start_box, end_box) is a swipe between the
     two points -> drag (its direction is the finger's, so a scroll direction would have to guess);
     wait() -> wait 5 s; finished(content) -> finish with the answer (bare finished() -> finish);
-    call_user() -> infeasible, reason "the model asked for the user"; press_home -> home;
+    call_user() -> ask_user, "the model asked for the user" (the person answers; with nobody there the
+    episode ends as infeasible); press_home -> home;
     press_back -> back; open_app(app_name) -> open_app.
     Every action name is accepted in every version and variant (the union of the grammars).
 """
@@ -192,7 +193,7 @@ class UiTarsFormat:
             return "wait()"
         if k is ActionKind.FINISH:
             return f"finished(content={q(action.text)})" if action.text else "finished()"
-        if k is ActionKind.INFEASIBLE:
+        if k in (ActionKind.INFEASIBLE, ActionKind.ASK_USER):
             return "call_user()"
         if k is ActionKind.HOME:
             return "press_home()"
@@ -492,7 +493,7 @@ _MAPPERS: dict[str, Callable[[_Call], Mapped]] = {
     "hotkey": _hotkey,
     "wait": _plain(ActionKind.WAIT, duration_s=WAIT_S),
     "finished": _finished,
-    "call_user": _plain(ActionKind.INFEASIBLE, text=CALL_USER_REASON),
+    "call_user": _plain(ActionKind.ASK_USER, text=CALL_USER_REASON),
     "press_home": _plain(ActionKind.HOME),
     "press_back": _plain(ActionKind.BACK),
     "open_app": _open_app,

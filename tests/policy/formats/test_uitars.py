@@ -209,7 +209,7 @@ CASES_15 = [
     (act("wait()"), [Action(ActionKind.WAIT, duration_s=5.0)]),
     (act("finished(content='The answer is 42.')"), [Action(ActionKind.FINISH, text="The answer is 42.")]),
     (act("finished()"), [Action(ActionKind.FINISH)]),
-    (act("call_user()"), [Action(ActionKind.INFEASIBLE, text="the model asked for the user")]),
+    (act("call_user()"), [Action(ActionKind.ASK_USER, text="the model asked for the user")]),
     (act("press_home()"), [Action(ActionKind.HOME)]),
     (act("press_back()"), [Action(ActionKind.BACK)]),
     (act("open_app(app_name='Settings')"), [Action(ActionKind.OPEN_APP, text="Settings")]),
@@ -243,7 +243,7 @@ CASES_1 = [
     (act("scroll(start_box='(500,800)', end_box='(500,200)')"),
      [Action(ActionKind.DRAG, point=Point(0.5, 0.8), end=Point(0.5, 0.2))]),
     (act("finished()"), [Action(ActionKind.FINISH)]),
-    (act("call_user()"), [Action(ActionKind.INFEASIBLE, text="the model asked for the user")]),
+    (act("call_user()"), [Action(ActionKind.ASK_USER, text="the model asked for the user")]),
 ]
 
 
