@@ -122,22 +122,69 @@ def window_at(conn: Any, screen: ScreenMap, xy: tuple[int, int]) -> tuple[dict[s
     root = conn.screen().root
     try:
         child = root.translate_coords(root, *xy).child
-        if not child or child == X.NONE:
-            return None, None
-        name = child.get_wm_name()
+    except xerror.XError:
+        return None, None
+    if not child or child == X.NONE:
+        return None, None
+    return window_info(conn, screen, child)
+
+
+def window_info(conn: Any, screen: ScreenMap, window: Any) -> tuple[dict[str, Any] | None, Box | None]:
+    """A top-level window's X id, name and class, and its box in the frame; (None, None) if it went away.
+
+    Under a window manager the top-level window is the manager's frame, which has no name: the name
+    and class are then the application window's inside it (the one with WM_STATE).
+    """
+    from Xlib import X
+    from Xlib import error as xerror
+
+    root = conn.screen().root
+    try:
+        named = _client_of(conn, window)
+        name = named.get_wm_name()
         if not name:
-            prop = child.get_full_property(conn.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
+            prop = named.get_full_property(conn.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
             name = prop.value.decode(errors="replace") if prop is not None else None
-        wm_class = child.get_wm_class()
-        geo = child.get_geometry()
-        origin = child.translate_coords(root, 0, 0)
+        wm_class = named.get_wm_class()
+        geo = window.get_geometry()
+        origin = window.translate_coords(root, 0, 0)
     except xerror.XError:
         return None, None  # the window went away in between: not worth failing the action for
     x1, y1 = screen.to_frame(-origin.x, -origin.y)
     x2, y2 = screen.to_frame(-origin.x + geo.width, -origin.y + geo.height)
     target = {
-        "window": hex(child.id),
+        "window": hex(window.id),
         "name": name.decode(errors="replace") if isinstance(name, bytes) else name,
         "class": list(wm_class) if wm_class else None,
     }
     return target, Box(x1, y1, x2, y2).clipped()
+
+
+def _client_of(conn: Any, window: Any, depth: int = 2) -> Any:
+    """The application window in a top-level window: itself if it has a name (no window manager) or
+    WM_STATE, else the first descendant ``depth`` levels down that has WM_STATE, else itself."""
+    wm_state = conn.intern_atom("WM_STATE")
+    if window.get_wm_name() or window.get_full_property(wm_state, 0) is not None:
+        return window
+    level = window.query_tree().children
+    for _ in range(depth):
+        for w in level:
+            if w.get_full_property(wm_state, 0) is not None:
+                return w
+        level = [c for w in level for c in w.query_tree().children]
+    return window
+
+
+def focused_window(conn: Any) -> Any:
+    """The top-level window with the keyboard focus (the one under the pointer when focus follows it), or None."""
+    root = conn.screen().root
+    focus = conn.get_input_focus().focus
+    if isinstance(focus, int):  # None or PointerRoot: keys go to the window under the pointer
+        focus = root.query_pointer().child
+        if isinstance(focus, int):
+            return None
+    while True:
+        parent = focus.query_tree().parent
+        if isinstance(parent, int) or parent.id == root.id:
+            return None if focus.id == root.id else focus
+        focus = parent
