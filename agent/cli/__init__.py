@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
-from agent.cli import data, devices, doctor, envs, evaluate, parse, record, report, run, show, train
+from agent.cli import data, devices, doctor, envs, evaluate, parse, record, replay, report, run, show, train
 from agent.cli.common import EXIT_USAGE, setup_logging
 
 # In the order ``agent --help`` lists them.
-COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (run, record, show, doctor, evaluate, report, data, envs,
+COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (run, record, replay, show, doctor, evaluate, report, data, envs,
                                                         devices, train, parse)}
 
 
