@@ -170,7 +170,7 @@ class Gestures:
                 self.paused = raw
                 return out
         if self.paused is not None:
-            if raw.kind in (InputKind.KEY_DOWN, InputKind.BUTTON_DOWN):
+            if raw.kind is InputKind.BUTTON_DOWN or (raw.kind is InputKind.KEY_DOWN and not _is_modifier(raw)):
                 self.left_out["while paused"] += 1
             return []
         if raw.kind is InputKind.KEY_DOWN:
@@ -298,3 +298,7 @@ def _combo(raw: RawInput) -> Combo | None:
     if key is None or key.modifier is not None or key.base is None:
         return None
     return Combo(frozenset(raw.modifiers & (COMMAND_MODIFIERS | {SHIFT})), key.base.lower())
+
+
+def _is_modifier(raw: RawInput) -> bool:
+    return raw.key is not None and raw.key.modifier is not None
