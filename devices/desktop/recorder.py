@@ -11,9 +11,9 @@ Three threads of its own, each with its own X connection, so the event loop neve
     input    (xrecord)  X RECORD: every key, button and motion event of the display, in server order;
                         each press takes its pre-action frame from the ring      -> raw queue (unbounded)
     capture  (capture)  mss grabs of the monitor at ``fps`` into a short ring of timestamped frames
-    actions  (here)     looks up what each press went to (the element under the point from AT-SPI, else
-                        the window under it; the focused window for keys), groups raw input into actions
-                        (gestures), and hands DemoEvents to the event loop                  -> asyncio queue
+    actions  (here)     looks up what each press went to (targets: the element under the point from AT-SPI,
+                        else the window under it; the focused window for keys), groups raw input into
+                        actions (gestures), and hands DemoEvents to the event loop          -> asyncio queue
 
 Points are normalized to the monitor's frame through the device's ScreenMap (geometry.py), so a
 recorded click replays on ``DesktopDevice`` at the pixel that was clicked. docs/recording.md ("Desktop
@@ -28,18 +28,19 @@ import queue
 import statistics
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from devices.actions import Action, ActionKind, Point, ScrollDirection
-from devices.base import ElementInfo, Observation
+from devices.base import Observation
 from devices.desktop.accessibility import AccessibilityTree, open_accessibility
 from devices.desktop.capture import CapturedFrame, FrameRing
 from devices.desktop.config import DesktopConfig
-from devices.desktop.display import focused_window, monitors_of, open_mss, prepare_display, window_at, window_info
+from devices.desktop.display import grab_rgb, monitors_of, open_mss, prepare_display
 from devices.desktop.geometry import ScreenMap, screen_map
 from devices.desktop.gestures import Gesture, Gestures, InputKind, RawInput
 from devices.desktop.record_config import DesktopRecordConfig
+from devices.desktop.targets import PressTarget, TargetFinder
 from devices.desktop.xkeys import COMMAND_MODIFIERS, HOTKEY_ORDER, SHIFT, Keymap
 from devices.desktop.xrecord import END, XRecordStream, calibrate
 from devices.errors import DeviceDisconnected, DeviceError, DeviceUnavailable
@@ -50,10 +51,9 @@ log = logging.getLogger(__name__)
 ARRIVAL_MARGIN_S = 0.1
 """An action waiting for more input (a click that may become a double) completes this long after its
 time is up, so that input which happened in time but reached the recorder late still joins it."""
-LOOKUP_REUSE_S = 0.5
-"""A press at the same point as the last one within this long reuses its lookup (wheel clicks, double clicks)."""
-RECORDED_KINDS = ("click", "double_click", "right_click", "long_press", "drag", "scroll", "type", "key", "hotkey",
-                  "wait")
+RECORDED_KINDS = (ActionKind.CLICK, ActionKind.DOUBLE_CLICK, ActionKind.RIGHT_CLICK, ActionKind.LONG_PRESS, ActionKind.DRAG,
+                  ActionKind.SCROLL, ActionKind.TYPE, ActionKind.KEY, ActionKind.HOTKEY, ActionKind.WAIT)
+"""The actions a desktop recording can hold."""
 
 
 def no_record_message(display: str) -> str:
@@ -74,12 +74,6 @@ def _connect(display: str) -> Any:
     except xerror.ConnectionClosedError:
         time.sleep(0.2)
         return xdisplay.Display(display)
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    element: ElementInfo | None
-    window: dict[str, Any] | None
 
 
 class DesktopRecorder:
@@ -109,12 +103,10 @@ class DesktopRecorder:
         self._stream: XRecordStream | None = None
         self._control: Any = None
         self._query: Any = None
-        self._a11y: AccessibilityTree | None = None
+        self._tree: AccessibilityTree | None = None
+        self._targets: TargetFinder | None = None
         self._translator: threading.Thread | None = None
         self._ended = False
-        self._last_lookup: tuple[int, int, float, _Target] | None = None
-        self._focus_cache: tuple[int, float, _Target] | None = None
-        self._clicked: dict[str, ElementInfo] = {}
 
     # -- life cycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -155,9 +147,10 @@ class DesktopRecorder:
         clock = calibrate(self._control)
         self._query = _connect(self.display)
         if self.record.accessibility:
-            self._a11y, self.accessibility_missing = open_accessibility(self.map)
+            self._tree, self.accessibility_missing = open_accessibility(self.map)
         else:
             self.accessibility_missing = "turned off (accessibility = false)"
+        self._targets = TargetFinder(self._query, self.map, self._tree)
         self._stream = XRecordStream(self.display, self._control, keymap, clock, self._capture, self._raw)
         self._translator = threading.Thread(target=self._translate, name="handeye-record-actions", daemon=True)
         self._translator.start()
@@ -265,47 +258,16 @@ class DesktopRecorder:
 
     # -- what a press went to -----------------------------------------------------------------------
     def _enrich(self, raw: RawInput, gestures: Gestures) -> RawInput:
+        """``raw`` with what it went to (targets.py), looked up as soon as it arrives."""
+        assert self._targets is not None
         if gestures.paused is not None or gestures.stopped:
             return raw  # nothing is looked up while the person does something private
         if raw.kind is InputKind.BUTTON_DOWN:
-            return replace(raw, target=self._pointer_target(raw.x, raw.y, raw.at))
+            return replace(raw, target=self._targets.at_point(raw.x, raw.y, raw.at))
         if raw.kind is InputKind.KEY_DOWN and raw.key is not None and raw.key.modifier is None:
-            window, target = self._focus_target(raw.at)
+            window, target = self._targets.focused(raw.at)
             return replace(raw, window=window, target=target)
         return raw
-
-    def _pointer_target(self, x: int, y: int, at: float) -> _Target:
-        last = self._last_lookup
-        if last is not None and last[:2] == (x, y) and at - last[2] < LOOKUP_REUSE_S:
-            return last[3]
-        assert self.map is not None
-        element = self._a11y.element_at(x, y) if self._a11y is not None else None
-        window, box = window_at(self._query, self.map, (x, y))
-        if element is not None and window is not None:
-            self._clicked[window["window"]] = element
-        elif window is not None:
-            element = ElementInfo(text=window["name"] or "", box=box, role="window")
-        target = _Target(element, window)
-        self._last_lookup = (x, y, at, target)
-        return target
-
-    def _focus_target(self, at: float) -> tuple[int, _Target | None]:
-        focus = focused_window(self._query)
-        if focus is None:
-            return 0, None
-        cached = self._focus_cache
-        if cached is not None and cached[0] == focus.id and at - cached[1] < LOOKUP_REUSE_S:
-            return focus.id, cached[2]
-        assert self.map is not None
-        window, box = window_info(self._query, self.map, focus)
-        if window is None:
-            return focus.id, None
-        # The focused element itself is not known without listening to the accessibility bus; the one last
-        # clicked in this window stands for it (the field the person clicked into before typing).
-        element = self._clicked.get(window["window"]) or ElementInfo(text=window["name"] or "", box=box, role="window")
-        target = _Target(element, window)
-        self._focus_cache = (focus.id, at, target)
-        return focus.id, target
 
     # -- gestures as DemoEvents -----------------------------------------------------------------------
     def _events(self, g: Gesture) -> list[DemoEvent]:
@@ -313,7 +275,7 @@ class DesktopRecorder:
         assert self.map is not None and self._capture is not None
         first = g.first
         frame: CapturedFrame = first.frame or self._capture.before(first.at)
-        target: _Target | None = first.target
+        target: PressTarget | None = first.target
         info: dict[str, Any] = {}
         if target is not None and target.window is not None:
             info["window"] = target.window
@@ -387,8 +349,6 @@ class DesktopRecorder:
         return Observation(frame=frame.rgb, timestamp=frame.at, meta=meta)
 
     def _grab_once(self) -> CapturedFrame:
-        from devices.desktop.display import grab_rgb
-
         assert self.map is not None
         with open_mss(self.display) as sct:
             return CapturedFrame(time.time(), grab_rgb(sct, self.map.monitor))
@@ -415,10 +375,10 @@ class DesktopRecorder:
             "recorder": "x-record",
             "display": self.display,
             "input": "X RECORD extension: every key and button of the display, whichever application gets it",
-            "captures": list(RECORDED_KINDS),
+            "captures": [k.value for k in RECORDED_KINDS],
             "frames": f"rolling mss capture at {rc.fps:g} fps (ring of {rc.ring_frames}); late past {LATE_FRAME_S} s",
             "targets": ("the element under the point from the accessibility tree (AT-SPI), else the window"
-                        if self._a11y is not None else "the window under the point; the focused window for keys"),
+                        if self._tree is not None else "the window under the point; the focused window for keys"),
             "missing": missing,
             "pause_keys": rc.pause_combo.describe(),
             "stop_keys": rc.stop_combo.describe(),

@@ -14,10 +14,8 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +30,7 @@ from devices.desktop.recorder import DesktopRecorder
 from devices.desktop.xkeys import ALT, ALT_GR, CONTROL, META, NUM_LOCK, SHIFT, KeyInfo, Keymap, keysym_char, parse_keymap_changes
 from devices.desktop.xrecord import ServerClock
 from devices.recording import DemoEvent, Recorder
-from tests.devices.test_desktop import SH, SW, TkApp, app, tk_app, xvfb  # noqa: F401 - fixtures
+from tests.devices.test_desktop import SH, SW, app, tk_app, xvfb  # noqa: F401 - fixtures
 
 # -- keys: pure ------------------------------------------------------------------------------------
 
