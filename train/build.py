@@ -139,7 +139,7 @@ def build_data(config: TrainConfig, preset: Any) -> TrainData:
         train_src = GroundingSource(d.path, preset=preset)
         held_src = None
     elif d.source == "trajectories":
-        train_src = TrajectorySource(d.path, preset=preset)
+        train_src = TrajectorySource(d.path, preset=preset, sft=config.train.stage == "sft")
         held_src = None
     else:
         raise ValueError("data.source = \"samples\" trains on scored samples: use Trainer.run_stream "

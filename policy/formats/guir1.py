@@ -187,8 +187,9 @@ def _answer_of(raw: str) -> str | None:
     return body if isinstance(value, (list, dict)) and value else None
 
 
-def _answer_from_action(action: Action, space: ModelSpace, actions: Sequence[str]) -> str:
-    """The GUI-R1 answer literal that stands for a unified action (for history text)."""
+def answer_from_action(action: Action, space: ModelSpace, actions: Sequence[str]) -> str:
+    """The GUI-R1 answer literal that stands for a unified action (for history text, and the answer an SFT example
+    teaches for a recorded step: train/data/answers.py); its short description when GUI-R1 has no such action."""
 
     def pt(p: Any) -> list[int]:
         if p is None:
@@ -233,7 +234,7 @@ def history_text(history: Sequence[HistoryEntry], space: ModelSpace, actions: Se
     for entry in history:
         if not entry.executed or entry.action is None:
             continue
-        answer = _answer_of(entry.raw_output) or _answer_from_action(entry.action, space, actions)
+        answer = _answer_of(entry.raw_output) or answer_from_action(entry.action, space, actions)
         parts.append(f"Step {len(parts) + 1}: {answer}")
     return "; ".join(parts) if parts else "None"
 

@@ -17,6 +17,8 @@ families, the 0-1000 grid for relative ones), made by ``make_target``:
     think        whether the preset's prompt asks for a think block (InfiGUI-G1's no_think variant: False)
     coord_size   (w, h) of the model's coordinate space (the distance reward's diagonal)
     family       the preset's model family, whose prompt this is
+    answer       (recorded steps only) the recorded action written in the family's output format, what SFT teaches
+                 (``train.data.answers``)
 
 ``prompt.origin`` has a stable ``"id"`` (what the curriculum tracks) and ``"source"``.
 """
@@ -54,6 +56,7 @@ class Target(TypedDict, total=False):
     think: bool
     coord_size: tuple[float, float]
     family: str
+    answer: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,12 @@ family's prompt with the episode's task and the steps before it as history, the 
 action (its GUI-R1 name from ``guir1_ground_truth``, box, point and text). Only steps of successful episodes (or of
 human demonstrations that were not aborted) count by default; every step left out is counted with its reason.
 
+Each step's target also carries ``"answer"``: the recorded action written in the family's output format
+(``train.data.answers.answer_for_action``), which is what SFT teaches. With ``sft=True`` (``agent train --stage
+sft``) a step needs no target box and no GUI-R1 name, only an action its family can write: key presses, typing,
+scrolls, drags and the final ``finish`` of a demonstration become examples too. Pauses (the ``wait`` a recorder's
+pause key makes) are neither samples nor history; text masked in a password field is never a sample.
+
 (Scored samples already written as ``TrainSample`` JSONL are no prompt source: ``train.samples.read_jsonl`` reads
 them and the trainer trains on them as they are.)
 """
@@ -15,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from devices.actions import Action, ActionKind
+from devices.actions import TERMINAL_KINDS, Action, ActionKind
 from devices.errors import DeviceError, InvalidAction
 from envs.errors import RecordFormatError
 from envs.records import Actor, Outcome, StepRecord
@@ -23,7 +29,9 @@ from envs.trajectory import Episode, read_episode
 from policy.base import HistoryEntry
 from policy.formats.guir1 import KEY_ACTIONS, PLAIN, POINTED
 from policy.presets import ModelPreset
-from train.data.prompts import ListedItems, Skipped, build_prompt, make_target, resolve_preset, skip_counts
+from train.data.answers import UnwritableAction, answer_for_action
+from train.data.prompts import (ListedItems, Skipped, build_prompt, make_target, resolve_preset, skip_counts,
+                                think_enabled)
 from train.errors import BadItem, PromptSourceError
 from train.samples import RolloutPrompt
 
@@ -71,6 +79,7 @@ class _StepItem:
     action: Action
     gt_action: str
     gt_text: str | None
+    answer: str | None
 
 
 def _episode_dirs(run_dir: Path) -> list[Path]:
@@ -89,6 +98,13 @@ def _usable_episode(episode: Episode) -> bool:
     return rec.actor is Actor.HUMAN and rec.outcome in (Outcome.CLAIMED, Outcome.INFEASIBLE)
 
 
+def _paused(step: StepRecord) -> bool:
+    """The ``wait`` a recorder's pause key made (``info.env_info.demo.paused_s``)."""
+    env_info = step.info.get("env_info") if isinstance(step.info, dict) else None
+    demo = env_info.get("demo") if isinstance(env_info, dict) else None
+    return isinstance(demo, dict) and "paused_s" in demo
+
+
 class TrajectorySource(ListedItems):
     """GUI-R1-style step prompts from recorded trajectories (see the module docstring).
 
@@ -97,14 +113,17 @@ class TrajectorySource(ListedItems):
         preset: the model preset (or id / family name) whose prompt ``agent run`` uses; GUI-R1 by default.
         only_successful: keep only steps of episodes a checker verified (outcome success) and of human
             demonstrations that ended as claimed or infeasible; False keeps every step with a target box.
+        sft: keep every step whose action the family can write (its answer), box or not (for SFT); False keeps
+            the GUI-R1-style step samples a reward can score (a target box and a GUI-R1 action).
     """
 
     def __init__(self, run_dir: str | Path, *, preset: ModelPreset | str = "gui-r1",
-                 only_successful: bool = True) -> None:
+                 only_successful: bool = True, sft: bool = False) -> None:
         self.run_dir = Path(run_dir)
         if not self.run_dir.is_dir():
             raise PromptSourceError(f"trajectory folder {self.run_dir} does not exist")
         self.preset = resolve_preset(preset)
+        self.sft = sft
         self.name = f"trajectories:{self.run_dir.name}"
         self.skipped: list[Skipped] = []
         self._items: list[_StepItem] = []
@@ -132,27 +151,45 @@ class TrajectorySource(ListedItems):
                     action = Action.from_dict(step.action)
                 except InvalidAction:
                     action = None
+            if _paused(step):
+                self.skipped.append(Skipped(step.step_id, "pause", "a pause in the recording, not part of the task"))
+                continue
             reason = self._skip_reason(episode, step, action, usable, outcome)
+            answer = None
+            if reason is None:
+                assert action is not None
+                answer, reason = self._answer(episode, step, action, history)
             if reason is not None:
                 self.skipped.append(Skipped(step.step_id, *reason))
             else:
                 assert action is not None
-                gt = guir1_ground_truth(action)
-                assert gt is not None
+                gt = guir1_ground_truth(action) or (action.kind.value, action.text)
                 self._items.append(_StepItem(step.step_id, episode, step, tuple(history), episode.record.task,
-                                             action, gt[0], gt[1]))
+                                             action, gt[0], gt[1], answer))
             history.append(HistoryEntry(action, step.raw_output, executed=step.executed and action is not None))
 
-    @staticmethod
-    def _skip_reason(episode: Episode, step: StepRecord, action: Action | None, usable: bool,
+    def _answer(self, episode: Episode, step: StepRecord, action: Action, history: list[HistoryEntry]
+                ) -> tuple[str | None, tuple[str, str] | None]:
+        """(the step's answer in the family's format, None when it cannot be written; why the step is left out)."""
+        try:
+            answer = answer_for_action(self.preset, self.preset.space(step.frame_size), action,
+                                       instruction=episode.record.task, box=step.target_box, history=history,
+                                       think=think_enabled(self.preset))
+        except UnwritableAction as e:
+            return None, (("unwritable", str(e)) if self.sft else None)
+        return answer, None
+
+    def _skip_reason(self, episode: Episode, step: StepRecord, action: Action | None, usable: bool,
                      outcome: str) -> tuple[str, str] | None:
         if not usable:
             return "episode_outcome", f"episode ended {outcome}, not a verified success"
-        if step.target_box is None:
+        if step.target_box is None and not self.sft:
             return "no_target_box", "the step recorded no target box"
         if action is None:
             return "no_action", "the step has no valid action"
-        if guir1_ground_truth(action) is None:
+        if not step.executed and action.kind not in TERMINAL_KINDS:
+            return "not_executed", "the action was not performed (refused, or the device could not do it)"
+        if guir1_ground_truth(action) is None and not self.sft:
             return "no_guir1_action", f"GUI-R1 has no action for {action.kind.value}"
         if step.sensitive:
             return "sensitive", "typed text went into a password field and is masked"
@@ -170,6 +207,8 @@ class TrajectorySource(ListedItems):
         point = item.action.point.as_list() if item.action.point is not None else None
         target = make_target(self.preset, space, item.instruction, item.step.target_box, action=item.gt_action,
                              point=(point[0], point[1]) if point else None, text=item.gt_text)
+        if item.answer is not None:
+            target["answer"] = item.answer
         rec = item.episode.record
         origin = {"id": item.id, "source": "trajectory", "run": rec.run_id, "episode": rec.episode_id,
                   "step": item.step.index, "task": rec.task}
