@@ -9,10 +9,13 @@ default" are written as 0 or -1, as documented on each field, so that every opti
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS"]
+__all__ = ["TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS", "RUN_KINDS", "new_run_dir", "latest_run_dir",
+           "with_run_dir"]
 
 STAGES = ("sft", "rl", "rft")
 SOURCES = ("generated", "grounding", "trajectories", "samples")
@@ -24,14 +27,14 @@ class RunConfig:
     """What to run: sft (cold-start supervised fine-tuning on the data's targets), rl (AEPO / GRPO), or rft (rejection-sampling SFT on the policy's own correct answers)."""
     algo: str = "aepo"
     """RL algorithm: aepo (InfiGUI-G1: RLOO advantages, clip [0.8, 1.4], no KL) or grpo (GUI-R1: group-normalised advantages, clip 0.2, k3 KL 0.01)."""
-    run_dir: str = "runs/train"
-    """Folder of this run: metrics.jsonl, tb/, curves.png, checkpoints/, the final adapter."""
+    run_dir: str = ""
+    """Folder of this run: metrics.jsonl, tb/, curves.png, checkpoints/, the final adapter. Empty = a new folder runs/train-<time> (agent train) or runs/online-<time> (agent train --online), so no two runs share one (agent train --run-dir DIR names it)."""
     steps: int = 100
     """Updates to run (RL: one batch of groups each; SFT / RFT: one batch of examples each). A batch with nothing to learn from (every group filtered out or with equal rewards) still counts as one, reported in train/skipped_batches."""
     seed: int = 0
     """Seeds data order, sampling and initialisation."""
     resume: str = ""
-    """Resume from a checkpoint folder, or "auto" for the newest one in run_dir; empty = start fresh (run_dir must then hold no checkpoint)."""
+    """Resume from a checkpoint folder, or "auto" for the newest one in run_dir (agent train --resume); empty = start fresh (run_dir must then hold no checkpoint)."""
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -45,7 +48,7 @@ class RunConfig:
 @dataclass(frozen=True, slots=True)
 class TrainModelConfig:
     path: str = ""
-    """Model to train: a local transformers directory or a hub id (e.g. Qwen/Qwen2.5-VL-3B-Instruct, InfiX-ai/InfiGUI-G1-3B). "tiny" builds the tiny random test model in run_dir."""
+    """Model to train (required): a local transformers directory or a hub id (e.g. Qwen/Qwen2.5-VL-3B-Instruct, InfiX-ai/InfiGUI-G1-3B). "tiny" builds the tiny random test model in run_dir (--set model.path='"tiny"' checks a set-up in a minute, no download)."""
     format: str = ""
     """Model family when the id is not in the preset registry (qwen2.5-vl, infigui-g1, gui-r1); it decides the prompt and the answer format."""
     min_pixels: int = 0
@@ -284,3 +287,38 @@ TRAIN_SECTION_DOCS = {
     "checkpoint": "Checkpoints for resuming and for using the adapter.",
     "log": "Metrics outputs.",
 }
+
+
+# -- run folders ------------------------------------------------------------------------------------------------
+
+RUN_KINDS = ("train", "online")
+"""The default run folders' prefixes: runs/train-<time> for agent train, runs/online-<time> for --online."""
+
+
+def new_run_dir(kind: str, root: str | Path = "runs") -> str:
+    """A new run folder name, ``root/<kind>-<YYYYmmdd-HHMMSS>-<4 hex>``: timestamped like agent run's, never shared."""
+    from envs.trajectory import new_run_id
+
+    if kind not in RUN_KINDS:
+        raise ValueError(f"run kind {kind!r} is not one of {', '.join(RUN_KINDS)}")
+    return str(Path(root) / f"{kind}-{new_run_id()}")
+
+
+def latest_run_dir(kind: str, root: str | Path = "runs") -> Path | None:
+    """The newest ``root/<kind>-*`` folder (what ``agent train --resume`` continues when no folder is named)."""
+    found = sorted(p for p in Path(root).glob(f"{kind}-*") if p.is_dir()) if Path(root).is_dir() else []
+    return found[-1] if found else None
+
+
+def with_run_dir(config: TrainConfig, kind: str) -> TrainConfig:
+    """``config`` with ``train.run_dir`` filled in: a new folder of ``kind`` when it is empty.
+
+    Raises ValueError under several processes (``accelerate launch``, WORLD_SIZE > 1) with an empty run_dir: each
+    process would name its own folder, so the folder must be given (``--run-dir DIR``)."""
+    if config.train.run_dir:
+        return config
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        raise ValueError(f"{world} processes (WORLD_SIZE) must write one run folder: name it with --run-dir DIR "
+                         f"(or train.run_dir in the config)")
+    return replace(config, train=replace(config.train, run_dir=new_run_dir(kind)))

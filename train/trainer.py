@@ -42,7 +42,7 @@ import torch
 
 from train.build import TargetText, TrainData, build_backend, build_data, build_learner
 from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_adapter, save_checkpoint
-from train.config import TrainConfig
+from train.config import TrainConfig, with_run_dir
 from train.curriculum import (AdaptiveCurriculum, AdaptiveCurriculumConfig, Correctness, PromptDrawer, dynamic_sample,
                               filter_groups)
 from train.learner import rollout_groups
@@ -102,6 +102,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, backend: TransformersBackend, prompts: PromptStream | None = None,
                  heldout: Sequence[RolloutPrompt] = (), reward_fn: Callable[[RolloutPrompt, str], Any],
                  target_text: TargetText | None = None, accelerator: Any = None) -> None:
+        config = with_run_dir(config, "train")  # an empty train.run_dir: a new runs/train-<time>
         self.config = config
         self.backend = backend
         self.prompts = prompts
@@ -138,6 +139,7 @@ class Trainer:
     @classmethod
     def from_config(cls, config: TrainConfig, *, accelerator: Any = None) -> Trainer:
         """Build the backend, the data source, the held-out prompts and the reward from ``config``."""
+        config = with_run_dir(config, "train")  # before the backend: the tiny model is built in the run folder
         backend = build_backend(config, accelerator)
         data = build_data(config, backend.preset)
         trainer = cls(config, backend=backend, prompts=data.prompts, heldout=data.heldout, reward_fn=data.reward_fn,
@@ -192,12 +194,15 @@ class Trainer:
         if not resume:
             found = latest_checkpoint(self.run_dir)
             if found is not None:
-                raise CheckpointError(f"{self.run_dir} already holds checkpoints (newest {found.name}); pass "
-                                      f"--set train.resume=auto to continue that run, or choose another run_dir")
+                raise CheckpointError(f"{self.run_dir} already holds checkpoints (newest {found.name}): continue that "
+                                      f"run with agent train --resume {self.run_dir} (train.resume = \"auto\"), or "
+                                      f"leave train.run_dir empty for a new folder")
             return None
         path = self.run_dir if resume == "auto" else Path(resume)
         if resume == "auto" and latest_checkpoint(self.run_dir) is None:
-            log.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.run_dir)
+            # Said at the default log level: a resume that silently starts over would look like a resumed run.
+            log.warning("--resume: %s holds no checkpoint yet (its run stopped before the first one): starting from "
+                        "step 0", self.run_dir)
             return None
         ck = load_checkpoint(path, self.learner)
         self._restore(ck.state)
@@ -477,6 +482,7 @@ def run_from_config(config: TrainConfig) -> TrainResult:
 
     import dataclasses
 
+    config = with_run_dir(config, "train")
     accelerator = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from accelerate import Accelerator

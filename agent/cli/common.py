@@ -104,17 +104,91 @@ def flag_overrides(args: argparse.Namespace, flags: Iterable[tuple[str, str]]) -
     return out
 
 
+def resume_run_dir(given: str, configured: str, kind: str) -> tuple[Path, str]:
+    """``agent train --resume [GIVEN]`` as (the run folder to continue, ``train.resume``).
+
+    GIVEN is "auto" (the flag alone: the configured run folder, else the newest ``runs/<kind>-*``), a run folder
+    (its newest checkpoint), or one checkpoint folder (``<run>/checkpoints/step-N``: that one, in its run folder).
+    Raises ``ConfigError`` when there is nothing to continue."""
+    from agent.errors import ConfigError
+    from train.config import latest_run_dir
+
+    if given == "auto":
+        if configured:
+            return Path(configured), "auto"
+        found = latest_run_dir(kind)
+        if found is None:
+            raise ConfigError(f"--resume: there is no runs/{kind}-* folder here to continue; name the run folder: "
+                              f"--resume RUN_DIR")
+        return found, "auto"
+    path = Path(given)
+    if not path.is_dir():
+        raise ConfigError(f"--resume {given}: no such folder; pass the run folder of an earlier agent train"
+                          f"{' --online' if kind == 'online' else ''} (or --resume alone for the newest one)")
+    if (path / "state.json").is_file() or (path / "COMPLETE").is_file():  # one checkpoint: <run>/checkpoints/step-N
+        return (Path(configured) if configured else path.parent.parent), str(path)
+    return path, "auto"
+
+
+def existing(folder: str | Path, names: Iterable[str]) -> list[str]:
+    """The names (files, or folders written with a trailing /) that exist in ``folder``: what a closing line may
+    point at."""
+    return [n for n in names if (Path(folder) / n.rstrip("/")).exists()]
+
+
 # -- output -----------------------------------------------------------------------------------------------------
 
 
-def setup_logging(verbosity: int) -> None:
-    from rich.logging import RichHandler
+class OneLineFormatter(logging.Formatter):
+    """``level logger: message`` on one line: a record's own line breaks (a traceback-like message, a warning's
+    source line) would otherwise scatter one warning over several lines of a narrow terminal."""
 
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.name == "py.warnings":  # warnings.formatwarning: "file:line: Category: text\n  <source line>"
+            message = "\n".join(line for line in message.splitlines() if not line.startswith((" ", "\t")))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            message = f"{message} ({record.exc_text.strip().splitlines()[-1]})"
+        text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+        when = f"{self.formatTime(record, '%H:%M:%S')} " if record.levelno < logging.WARNING else ""
+        return f"{when}{record.levelname.lower()} {record.name}: {text}"
+
+
+LIBRARY_LOGGERS = ("huggingface_hub",)
+"""Libraries that add a stderr handler of their own to a logger that also propagates to the root, so that each of
+their lines was printed twice; ``setup_logging`` takes their handler off (transformers' own handler does not
+propagate, so it prints once)."""
+
+
+def setup_logging(verbosity: int) -> None:
+    """One handler, on the root logger and stderr, one line per record (``OneLineFormatter``); Python warnings
+    (``warnings.warn``: deprecations, a library's advice) go through it too, as ``py.warnings`` records."""
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
-                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)], force=True)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.captureWarnings(True)
     for noisy in ("RapidOCR", "asyncio"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    for name in LIBRARY_LOGGERS:
+        _adopt(name)
+
+
+def _adopt(name: str) -> None:
+    """Route library ``name``'s records through the root handler only (its own handler is added when it is
+    imported, so it is imported here first: huggingface_hub's logging module alone takes a few milliseconds)."""
+    import importlib
+
+    try:
+        importlib.import_module(f"{name}.utils.logging")
+    except ImportError:
+        return
+    logger = logging.getLogger(name)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+    logger.propagate = True
 
 
 def make_console() -> Any:

@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from agent.cli import train_online
-from agent.cli.common import EXIT_INTERRUPTED, EXIT_OK, add_set_option, make_console, print_error
+from agent.cli.common import (EXIT_INTERRUPTED, EXIT_OK, add_set_option, existing, make_console, print_error,
+                               resume_run_dir)
 from agent.terminal import plain
 
 NAME = "train"
@@ -21,15 +22,18 @@ def add_parser(sub: Any) -> None:
     tr = sub.add_parser(NAME, help="train a policy: cold-start SFT, AEPO / GRPO, rejection-sampling SFT",
                         description=(
         "Train the model named in the config with the stage it names (train.stage: sft, rl or rft). Outputs go to "
-        "train.run_dir: metrics.jsonl, tb/ (TensorBoard), curves.png, checkpoints/ and the final adapter/ (or "
-        "model/). Several processes or GPUs: accelerate launch -m agent.cli train --config FILE. Options: "
+        "the run folder (--run-dir, train.run_dir; default a new runs/train-<time>): metrics.jsonl, tb/ "
+        "(TensorBoard), curves.png, checkpoints/ and the final adapter/ (or model/); --resume continues it. Several processes or GPUs: accelerate launch -m agent.cli train --config FILE. Options: "
         "configs/train.toml; docs/training.md."))
     tr.add_argument("--config", help="training config file (TOML, see configs/train.toml)")
     add_set_option(tr, "override one option, e.g. --set rl.group_size=8 (repeatable)")
     tr.add_argument("--stage", choices=("sft", "rl", "rft"), help="the stage to run (config: train.stage)")
-    tr.add_argument("--resume", nargs="?", const="auto", metavar="CHECKPOINT",
-                    help="resume: a checkpoint folder, or nothing for the newest in run_dir (config: train.resume); "
-                         "with --online: the run folder of the session to continue")
+    tr.add_argument("--run-dir", metavar="DIR",
+                    help="the run folder (config: train.run_dir; default: a new runs/train-<time>, or "
+                         "runs/online-<time> with --online)")
+    tr.add_argument("--resume", nargs="?", const="auto", metavar="RUN_DIR",
+                    help="continue a stopped run from its newest checkpoint: its run folder (or one checkpoint "
+                         "folder); alone: --run-dir, else the newest runs/train-* (runs/online-* with --online)")
     train_online.add_arguments(tr)
 
 
@@ -41,15 +45,21 @@ def main(args: argparse.Namespace) -> int:
         return print_error(f"{', '.join(online_only)} only apply to online sessions: add --online")
     from agent.config import load_train_config
     from agent.errors import ConfigError
+    from train.config import with_run_dir
 
     overrides = list(args.overrides)
     if args.stage:
         overrides.append(f"train.stage={json.dumps(args.stage)}")
-    if args.resume:
-        overrides.append(f"train.resume={json.dumps(args.resume)}")
+    if args.run_dir:
+        overrides.append(f"train.run_dir={json.dumps(args.run_dir)}")
     try:
         config = load_train_config(args.config, overrides)
-    except ConfigError as e:
+        if args.resume:
+            run_dir, resume = resume_run_dir(args.resume, config.train.run_dir, "train")
+            config = load_train_config(args.config, [*overrides, f"train.run_dir={json.dumps(str(run_dir))}",
+                                                     f"train.resume={json.dumps(resume)}"])
+        config = with_run_dir(config, "train")
+    except (ConfigError, ValueError) as e:
         return print_error(str(e))
     try:
         from train.trainer import run_from_config
@@ -69,8 +79,9 @@ def _run(config: Any, run_from_config: Any) -> int:
     except (CheckpointError, PromptSourceError, PolicyError, ValueError, FileNotFoundError) as e:
         return print_error(str(e).strip("'\""))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: a checkpoint of the last finished update is in "
-                      f"{config.train.run_dir}/checkpoints; --resume continues the run from it")
+        run_dir = plain(config.train.run_dir)
+        console.print(f"[yellow]interrupted[/]: the newest checkpoint in {run_dir}/checkpoints (if an update "
+                      f"finished) continues the run: agent train --resume {run_dir}")
         return EXIT_INTERRUPTED
     acc = "n/a" if result.final_accuracy is None else f"{result.final_accuracy:.1%}"
     best = "" if result.best_accuracy is None else f" (best {result.best_accuracy:.1%} at step {result.best_step})"
@@ -78,6 +89,14 @@ def _run(config: Any, run_from_config: Any) -> int:
                   f"{', stopped early' if result.stopped_early else ''}; held-out accuracy {acc}{best}")
     for w in result.warnings[-5:]:
         console.print(f"[yellow]collapse warning:[/] {plain(w)}")
-    console.print(f"weights: {plain(result.output)}\nmetrics: {plain(result.run_dir)}/metrics.jsonl, curves: "
-                  f"{result.run_dir}/curves.png, TensorBoard: tensorboard --logdir {result.run_dir}/tb")
+    # Only what this run wrote (log.png / log.tensorboard may be off), one path per line.
+    run_dir = result.run_dir
+    console.print(f"run folder: {plain(run_dir)}")
+    if result.output is not None:
+        console.print(f"  weights:     {plain(result.output)}")
+    labels = {"metrics.jsonl": "metrics:    ", "curves.png": "curves:     ", "checkpoints/": "checkpoints:"}
+    for name in existing(run_dir, labels):
+        console.print(f"  {labels[name]} {plain(run_dir)}/{name}")
+    if existing(run_dir, ["tb/"]):
+        console.print(f"  TensorBoard: tensorboard --logdir {plain(run_dir)}/tb")
     return EXIT_OK

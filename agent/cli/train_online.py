@@ -10,10 +10,10 @@ import argparse
 import asyncio
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, positive_int, print_error
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, existing, positive_int, print_error,
+                               resume_run_dir)
 from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
@@ -38,8 +38,8 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Build the session from the arguments (a new one, or ``--resume RUN_DIR`` with its saved settings), run it,
-    print what happened. Exit codes: 0 done, 1 the session stopped on an error, 2 bad input, 130 Ctrl-C; SIGTERM
+    """Build the session from the arguments (a new one in a new ``runs/online-<time>`` or ``--run-dir``, or
+    ``--resume [RUN_DIR]`` with its saved settings), run it, print what happened. Exit codes: 0 done, 1 the session stopped on an error, 2 bad input, 130 Ctrl-C; SIGTERM
     and SIGHUP stop it like Ctrl-C, with 128 + the signal's number (143, 129)."""
     from agent.errors import ConfigError
     from agent.online import OnlineError
@@ -56,22 +56,28 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from agent.config import load_train_config
     from agent.errors import ConfigError
     from agent.online import OnlineConfig, load_session
+    from train.config import with_run_dir
 
     explicit = {k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
         "max_policy_lag": args.max_policy_lag,
         "max_wall_s": None if args.minutes is None else args.minutes * 60}.items() if v is not None}
+    run_dir_flag = [f"train.run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
     if args.resume:
-        run_dir = Path(args.resume) if args.resume != "auto" else Path(
-            load_train_config(args.config, list(args.overrides)).train.run_dir)
+        configured = load_train_config(args.config, [*args.overrides, *run_dir_flag]).train.run_dir
+        run_dir, _ = resume_run_dir(args.resume, configured, "online")
         saved, online = load_session(run_dir)
         online = replace(online, **explicit)
         config = load_train_config(None, [*saved, *args.overrides, f"train.run_dir={json.dumps(str(run_dir))}"])
         return config, online
     if "env" not in explicit:
         raise ConfigError("agent train --online needs --env ENV (e.g. generated/click; agent envs lists them)")
-    config = load_train_config(args.config, [*args.overrides, 'train.stage="rl"'])
-    return config, OnlineConfig(**explicit)
+    config = load_train_config(args.config, [*args.overrides, *run_dir_flag, 'train.stage="rl"'])
+    if not config.model.path:  # before the run folder exists: nothing is left behind
+        raise ConfigError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
+                          "--set model.path='\"Qwen/Qwen2.5-VL-3B-Instruct\"'), or --set model.path='\"tiny\"' "
+                          "for the tiny random test model")
+    return with_run_dir(config, "online"), OnlineConfig(**explicit)
 
 
 def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
@@ -87,21 +93,33 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
         session = OnlineSession(config, online, resume=bool(args.resume),
                                 progress=lambda line: console.print(plain(line), highlight=False))
         result = asyncio.run(session.run())
-    except (OnlineError, CheckpointError, PolicyError, EnvError) as exc:
+    except (OnlineError, CheckpointError, PolicyError, EnvError, ValueError) as exc:
         console.print(f"[red]online session stopped:[/] {type(exc).__name__}: {plain(exc)}", soft_wrap=True)
         return EXIT_EPISODE_FAILED
     except KeyboardInterrupt:
-        console.print(f"[yellow]aborted[/]: the newest checkpoint in {config.train.run_dir}/checkpoints resumes this "
-                      f"run (--resume {config.train.run_dir})")
+        run_dir = plain(config.train.run_dir)
+        console.print(f"[yellow]aborted[/]: continue with agent train --online --resume {run_dir} (from its newest "
+                      f"checkpoint, if an update finished)")
         return EXIT_INTERRUPTED
+    _print_result(console, result)
+    if result.stopped_by == "interrupted":
+        from agent.signals import exit_code
+
+        console.print(f"resume with: agent train --online --resume {plain(result.run_dir)}")
+        return exit_code(session.stop_signal) if session.stop_signal else EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _print_result(console: Any, result: Any) -> None:
+    """What the session did, why it made no update if it made none, and the files it wrote (only those)."""
     console.print(f"[bold]online[/] {result.stopped_by}: {result.updates} updates, {result.episodes} episodes "
                   f"({result.success_rate:.0%} success), {result.steps} steps in {result.wall_s:.0f} s "
                   f"({result.steps_per_s:.2f} steps/s); {result.stale_dropped} stale samples dropped, "
                   f"{result.restarts} device restarts, {len(result.dropped_actors)} actors dropped")
-    console.print(f"run folder: {plain(result.run_dir)}  (report.html, online_curve.png, curves.png, checkpoints/)")
-    if result.stopped_by == "interrupted":
-        from agent.signals import exit_code
-
-        console.print(f"resume with: agent train --online --resume {result.run_dir}")
-        return exit_code(session.stop_signal) if session.stop_signal else EXIT_INTERRUPTED
-    return EXIT_OK
+    if not result.updates and result.no_signal:
+        console.print(f"no update: the {result.no_signal} groups received had no reward spread (every answer of a "
+                      f"group scored the same), so there was nothing to learn from. A random model (model.path "
+                      f"\"tiny\") never answers in format: it checks the wiring, not learning.")
+    files = existing(result.run_dir, ("report.html", "online_curve.png", "curves.png", "checkpoints/", "adapter/",
+                                      "tb/"))
+    console.print(f"run folder: {plain(result.run_dir)}" + (f"  ({', '.join(files)})" if files else ""))

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import statistics
 import threading
 import time
@@ -29,6 +30,7 @@ from agent.signals import StopSignals, signal_name
 from envs.records import Outcome
 from envs.trajectory import RunWriter
 from train.adapters import AdapterStore
+from train.config import with_run_dir
 from train.transport import EpisodeMessage, InProcessTransport, Transport
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ class OnlineResult:
     samples: int = 0
     """Samples the learner received."""
     stale_dropped: int = 0
+    no_signal: int = 0
+    """Groups the learner dropped because every answer scored the same (nothing to learn from)."""
     restarts: int = 0
     dropped_actors: list[str] = field(default_factory=list)
     refused_adapters: int = 0
@@ -152,6 +156,7 @@ class OnlineSession:
                               f"(OnlineConfig.serials), got {len(online.serials)}")
         self.online = online
         self.resume = resume
+        config = with_run_dir(config, "online")  # an empty train.run_dir: a new runs/online-<time>
         overrides: dict[str, Any] = {"resume": "auto" if resume else ""}
         self.config = replace(
             config, train=replace(config.train, **overrides), log=replace(config.log, progress=False),
@@ -291,8 +296,8 @@ class OnlineSession:
         run_config = {"kind": "online", "online": dataclasses.asdict(self.online), "train": self.config.to_dict()}
         if not self.resume:
             if self.run_dir.exists() and any(self.run_dir.iterdir()):
-                raise OnlineError(f"{self.run_dir} is not empty; choose a new train.run_dir, or continue that run with "
-                                  f"--resume {self.run_dir}")
+                raise OnlineError(f"{self.run_dir} is not empty: leave --run-dir out for a new folder, or continue "
+                                  f"that run with agent train --online --resume {self.run_dir}")
             self.run_dir.parent.mkdir(parents=True, exist_ok=True)
             return RunWriter(self.run_dir.parent, run_config, run_id=self.run_dir.name)
         if not (self.run_dir / SESSION_FILE).is_file():
@@ -318,12 +323,39 @@ class OnlineSession:
     async def run(self) -> OnlineResult:
         """Run until the learner has done ``train.steps`` updates (or a limit, Ctrl-C, an error); returns what
         happened. Raises ``OnlineError`` when a learner error, every actor's device, or a setting stopped it."""
+        created = not self.run_dir.exists()
+        self.run_writer = self._open_run()
+        try:
+            return await self._run()
+        except BaseException:
+            self._discard(created)
+            raise
+
+    def _discard(self, created: bool) -> None:
+        """A new session that failed before its first update leaves nothing behind: no checkpoint means nothing to
+        continue, and a half-made folder would only refuse the next start (``_open_run``)."""
+        from train.checkpoint import latest_checkpoint
+
+        if self.resume or latest_checkpoint(self.run_dir) is not None or not self.run_dir.is_dir():
+            return
+        if created:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        else:  # the folder was there (empty) before: keep it, empty again
+            for child in self.run_dir.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        log.warning("removed %s: the session stopped before its first update, so there is nothing to resume",
+                    self.run_dir)
+
+    async def _run(self) -> OnlineResult:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.run_writer = self._open_run()
         await asyncio.to_thread(self._setup)
         if self.resume:  # the curve goes on from where the earlier sessions of this run left it
             self._offset_s, self._episode_offset = _previous(self.run_dir / "online.jsonl")
+            self._tell_when_no_checkpoint()
         self._save_session()
         self.follower = AdapterFollower(self.backend, self.transport, self.clock, root=self.run_dir / "adapters")
         self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
@@ -344,6 +376,18 @@ class OnlineSession:
         finally:
             await self._shutdown(tasks, monitor, sigint)
         return self._finish()
+
+    def _tell_when_no_checkpoint(self) -> None:
+        """A resumed run without a checkpoint starts from the base model again (v0): said, not silent."""
+        from train.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(self.run_dir) is None:
+            line = (f"{self.run_dir} holds no checkpoint yet (its earlier sessions stopped before the first update): "
+                    f"the learner starts from the base model, version 0")
+            if self.progress is not None:
+                self.progress(line)
+            else:
+                log.warning("%s", line)
 
     async def _monitor(self, actor_tasks: list[asyncio.Task[None]]) -> None:
         """Episode outcomes in, progress out, and the session's own stop conditions."""
@@ -374,8 +418,9 @@ class OnlineSession:
                     self.request_stop("max-wall")
                 if all(t.done() for t in actor_tasks) and not self.stopping:
                     errors = [a.error for a in self.actors if a.state == "dropped"]
-                    self.fatal(OnlineError(f"every actor was dropped (last error: {errors[-1] if errors else '?'}); "
-                                           f"the learner's checkpoint is in {self.run_dir}/checkpoints"))
+                    self.fatal(OnlineError(f"every actor was dropped (last error: {errors[-1] if errors else '?'})"
+                                           + (f"; the learner's checkpoints are in {self.run_dir}/checkpoints"
+                                              if self.trainer is not None and self.trainer.step else "")))
                 await asyncio.sleep(0.1)
         finally:
             for m in self.transport.receive_episodes():
@@ -433,6 +478,7 @@ class OnlineSession:
         r.stopped_by = self.stopped_by
         counts = self.counters.snapshot()
         r.samples, r.stale_dropped = counts.get("samples_received", 0), counts.get("stale_dropped", 0)
+        r.no_signal = counts.get("groups_no_signal", 0)
         r.restarts = sum(a.restarts for a in self.actors)
         r.dropped_actors = [a.name for a in self.actors if a.state == "dropped"]
         r.refused_adapters = len(self.follower.refused)
@@ -454,10 +500,11 @@ class OnlineSession:
         if self.learner is not None and self.learner.error is not None:
             e = self.learner.error
             r.error = f"{type(e).__name__}: {e}"
-            where = (f"checkpoint {r.checkpoint}" if r.checkpoint
-                     else "no checkpoint (it failed before the first update)")
+            then = (f"checkpoint {r.checkpoint}; after fixing the cause, continue with agent train --online --resume "
+                    f"{self.run_dir}" if r.checkpoint else "it failed before the first update, so there is no "
+                    "checkpoint to continue from: after fixing the cause, start again")
             raise OnlineError(f"the learner failed at update {self.trainer.step + 1}: {type(e).__name__}: {e}. The run "
-                              f"stopped; {where}; after fixing the cause, continue with --resume {self.run_dir}") from e
+                              f"stopped; {then}") from e
         if self._fatal is not None:
             r.error = str(self._fatal)
             raise self._fatal

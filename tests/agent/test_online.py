@@ -17,7 +17,7 @@ from agent.config import load_train_config
 from agent.online import AdapterFollower, OnlineConfig, OnlineError, OnlineSession, TaskSampler, VersionClock
 from envs.records import Outcome
 from envs.trajectory import iter_episodes
-from tests.conftest import descendants
+from tests.conftest import REPO, descendants
 from train.metrics import read_metrics
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -287,3 +287,48 @@ def test_saved_settings_read_back_into_the_same_config(tmp_path):
     cfg = config(tmp_path, 'model.lora_targets=["q_proj", "v_proj"]', "rl.lr=3e-05", 'train.resume="auto"',
                  "curriculum.enabled=true")
     assert load_train_config(None, config_overrides(cfg)) == cfg
+
+
+def test_a_new_session_that_fails_before_its_first_update_leaves_no_folder(tmp_path, monkeypatch):
+    from train.learner import Learner
+
+    def failing_step(self, groups):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(Learner, "step", failing_step)
+    run = tmp_path / "run"
+    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(devices=1))
+    with pytest.raises(OnlineError) as info:
+        asyncio.run(session.run())
+    assert "before the first update" in str(info.value) and "start again" in str(info.value)
+    assert not run.exists()  # nothing to resume, so nothing to refuse the next start
+    assert not chromium_children()
+
+
+def test_the_command_line_leaves_nothing_behind_on_bad_settings(tmp_path, monkeypatch, capsys):
+    """An empty model.path is bad input (exit 2) found before any folder exists; a model that cannot load stops the
+    session (exit 1) and the half-made folder is removed, so the same command can simply be run again."""
+    from agent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--online", "--env", "generated/click", "--config", str(REPO / "configs" / "train.toml")]) == 2
+    assert "model.path is empty" in capsys.readouterr().out and not (tmp_path / "runs").exists()
+    bad = ["train", "--online", "--env", "generated/click", "--devices", "1", "--set", 'model.path="no/such-model"',
+           "--set", 'model.format="infigui-g1"', "--set", "train.steps=1"]
+    assert main(bad) == 1
+    assert "online session stopped" in capsys.readouterr().err
+    assert list((tmp_path / "runs").iterdir()) == []
+    assert main(["train", "--online", "--resume"]) == 2
+    assert "no runs/online-* folder" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_model(tmp_path):
+    run, lines = tmp_path / "run", []
+    # The random model's groups all score the same: the session stops on its wall-time limit before any update.
+    first = asyncio.run(OnlineSession(config(run, "train.steps=5"), online(devices=1, max_wall_s=2.0)).run())
+    assert first.updates == 0 and first.stopped_by == "max-wall" and (run / "online.json").is_file()
+    again = OnlineSession(config(run, "train.steps=5"), online(devices=1, max_wall_s=1.0), resume=True,
+                          progress=lines.append)
+    asyncio.run(again.run())
+    assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines

@@ -96,7 +96,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, data_file):
 
 def test_a_fresh_run_refuses_a_folder_with_checkpoints(tmp_path, data_file):
     run_from_config(config(tmp_path / "r", data_file, "train.steps=1"))
-    with pytest.raises(CheckpointError, match="already holds checkpoints.*train.resume=auto"):
+    with pytest.raises(CheckpointError, match="already holds checkpoints.*agent train --resume"):
         run_from_config(config(tmp_path / "r", data_file, "train.steps=1"))
 
 
