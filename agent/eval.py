@@ -240,24 +240,37 @@ def _ms(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1000:.0f}"
 
 
-def format_table(result: EvalResult) -> Any:
-    """A rich Table: one row per environment and an overall row."""
+def format_table(result: EvalResult, console: Any = None) -> Any:
+    """A rich Table: one row per environment and an overall row, with the mean ms per step of each phase.
+
+    Given the ``console`` it is printed on, and too wide for it (an 80-column terminal), it is two tables instead:
+    the scores, then the ms per step, each with the environment's whole name (names are never cut with "…")."""
+    from rich.console import Group
+    from rich.measure import Measurement
+
+    full = _table(result, ("episodes", "success", "95% CI", "steps", *(f"{p} ms" for p in EVAL_PHASES)))
+    wide = console.options.update(max_width=10_000) if console is not None else None  # the width it wants
+    if console is None or Measurement.get(console, wide, full).maximum <= console.width:
+        return full
+    scores = _table(result, ("episodes", "success", "95% CI", "steps"))
+    latency = _table(result, EVAL_PHASES, title="ms per step")
+    return Group(scores, latency)
+
+
+def _table(result: EvalResult, columns: tuple[str, ...], title: str | None = None) -> Any:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"eval {result.run_id}", header_style="bold")
-    table.add_column("env")
-    table.add_column("episodes", justify="right")
-    table.add_column("success", justify="right")
-    table.add_column("95% CI", justify="right")
-    table.add_column("steps", justify="right")
-    for phase in EVAL_PHASES:
-        table.add_column(f"{phase} ms", justify="right")
-    for stats in (*result.envs.values(), result.overall):
-        style = "bold" if stats is result.overall else None
-        table.add_row(
-            stats.env, str(stats.episodes), f"{stats.successes}/{stats.episodes} {stats.success_rate:.0%}",
-            f"{stats.ci95[0]:.0%}–{stats.ci95[1]:.0%}", f"{stats.mean_steps:.1f}",
-            *(_ms(stats.latency.get(p)) for p in EVAL_PHASES), style=style,
-            end_section=stats is not result.overall and stats is list(result.envs.values())[-1],
-        )
+    rows = (*result.envs.values(), result.overall)
+    table = Table(title=title or f"eval {result.run_id}", header_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("env", no_wrap=True, min_width=max(len(s.env) for s in rows), overflow="fold")
+    for col in columns:
+        table.add_column(col, justify="right", overflow="fold")
+    for stats in rows:
+        cells = {"episodes": str(stats.episodes), "success": f"{stats.successes}/{stats.episodes} {stats.success_rate:.0%}",
+                 "95% CI": f"{stats.ci95[0]:.0%}–{stats.ci95[1]:.0%}", "steps": f"{stats.mean_steps:.1f}",
+                 **{f"{p} ms": _ms(stats.latency.get(p)) for p in EVAL_PHASES},
+                 **{p: _ms(stats.latency.get(p)) for p in EVAL_PHASES}}
+        table.add_row(stats.env, *(cells[c] for c in columns), style="bold" if stats is result.overall else None,
+                      end_section=stats is not result.overall and stats is rows[-2])
     return table

@@ -197,6 +197,10 @@ class PlaywrightDevice(AsyncContextDevice):
                 "Playwright is not installed; run `make setup` or `pip install 'handeye[web]'`"
             ) from e
         cfg = self.config
+        if not cfg.headless and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            # Chromium would start and die at once, and Playwright say only that the browser was closed.
+            raise DeviceUnavailable("--headed needs a display (web.headless = false): set DISPLAY or run under "
+                                    "xvfb-run (xvfb-run -a agent run ... --headed)")
         self._pw = await async_playwright().start()
         try:
             self._executable = find_browser(cfg.browser_path, _playwright_browser(self._pw))

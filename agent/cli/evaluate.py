@@ -142,9 +142,10 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
     except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]interrupted[/]")
         return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
-    console.print(format_table(result))
+    console.print(format_table(result, console))
     report = build_report(result.run_dir)
-    console.print(f"trajectories: [bold]{plain(result.run_dir)}[/]   report: [bold]{plain(report)}[/]", soft_wrap=True)
+    console.print(f"trajectories: [bold]{plain(result.run_dir)}[/]", soft_wrap=True)
+    console.print(f"report:       [bold]{plain(report)}[/]", soft_wrap=True)
     return EXIT_OK
 
 

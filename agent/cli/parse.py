@@ -1,6 +1,6 @@
 """``agent parse --format F --size WxH TEXT``: read a model's output as its family would, and show where each
 action lands, in model, normalized and frame-pixel coordinates. docs/coordinates.md has worked examples (which
-tests/agent/test_docs_examples.py reproduces, so keep this output stable)."""
+tests/test_docs_commands.py reproduces at 80 columns, so keep this output stable)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, make_console, print_error, size
+from agent.terminal import plain
 from agent.terminal import plain
 
 NAME = "parse"
@@ -65,36 +66,51 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def _show(args: argparse.Namespace, preset: Any, space: Any, fmt: Any) -> int:
     """Print the preset, the model-input size and a table of the parsed actions (exit 1 when the text does not
-    parse)."""
-    from rich.table import Table
-
+    parse). Laid out for an 80-column terminal: the preset on two lines, one table row per point (a drag's end on
+    a row of its own), and the actions' other fields listed under the table; free text folds at word boundaries."""
     from policy.errors import FormatParseError
 
     console = make_console()
     W, H = args.size
-    pre = "" if preset.pre_resize.value == "none" else f", pre-resize {preset.pre_resize.value} {preset.pre_resize_pixels:,} px"
-    console.print(f"[bold]{preset.model_id}[/] ({preset.family} {preset.version} {preset.variant}, {preset.coord_mode.value}"
-                  f"{pre}, pixels {preset.min_pixels:,}..{preset.max_pixels:,})".replace("  ", " "))
+    console.print(f"[bold]{plain(preset.model_id)}[/] ({plain(preset.family)} {plain(preset.version)} "
+                  f"{plain(preset.variant)}, {preset.coord_mode.value})".replace("  ", " "))
+    pre = "" if preset.pre_resize.value == "none" else (f", pre-resize {preset.pre_resize.value} "
+                                                        f"{preset.pre_resize_pixels:,} px")
+    console.print(f"pixels {preset.min_pixels:,}..{preset.max_pixels:,}{pre}")
     console.print(f"frame {W}x{H} -> model input {space.input_size[0]}x{space.input_size[1]}"
                   + ("; coordinates on a 0-1000 grid" if space.mode.value == "relative_1000" else ""))
     try:
         parsed = fmt.parse(args.text, space, preset)
     except FormatParseError as e:
-        console.print(f"[bold red]parse error:[/] {plain(e)}", soft_wrap=True)
+        console.print(f"[bold red]parse error:[/] {plain(e)}")
         return EXIT_EPISODE_FAILED
     if parsed.thought:
-        console.print(f"thought: {plain(parsed.thought.strip()[:300])}", soft_wrap=True)
-    table = Table(box=None, header_style="bold")
-    for col in ("#", "action", "model point", "normalized", "frame px", "details"):
-        table.add_column(col)
-    for i, action in enumerate(parsed.actions):
-        points = [p for p in (action.point, action.end) if p is not None]
-        model = " -> ".join(f"({x:g}, {y:g})" for x, y in (space.from_point(p) for p in points))
-        norm = " -> ".join(f"({p.x:.4f}, {p.y:.4f})" for p in points)
-        px = " -> ".join(f"({u:.1f}, {v:.1f})" for u, v in (space.to_frame_pixels(p) for p in points))
-        details = {k: v for k, v in action.to_dict().items() if k not in ("kind", "point", "end")}
-        table.add_row(str(i), action.kind.value + (" (executed)" if i == 0 and len(parsed.actions) > 1 else ""),
-                      model or "-", norm or "-", px or "-",
-                      plain(json.dumps(details, ensure_ascii=False)) if details else "")
-    console.print(table)
+        console.print(f"thought: {plain(parsed.thought.strip()[:300])}")
+    console.print(_table(parsed.actions, space))
+    details = [(i, {k: v for k, v in a.to_dict().items() if k not in ("kind", "point", "end")})
+               for i, a in enumerate(parsed.actions)]
+    if any(d for _, d in details):
+        console.print("details:")
+        for i, d in details:
+            if d:
+                console.print(f"{i:>2}  {plain(json.dumps(d, ensure_ascii=False))}")
     return EXIT_OK
+
+
+def _table(actions: Any, space: Any) -> Any:
+    """One row per point: the action's point, and for a drag a second row for its end."""
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for col in ("#", "action", "model point", "normalized", "frame px"):
+        table.add_column(col, overflow="fold")
+    for i, action in enumerate(actions):
+        label = action.kind.value + (" (executed)" if i == 0 and len(actions) > 1 else "")
+        points = [p for p in (action.point, action.end) if p is not None]
+        if not points:
+            table.add_row(str(i), label, "-", "-", "-")
+        for n, p in enumerate(points):
+            (x, y), (u, v) = space.from_point(p), space.to_frame_pixels(p)
+            table.add_row(str(i) if n == 0 else "", label if n == 0 else "-> end", f"({x:g}, {y:g})",
+                          f"({p.x:.4f}, {p.y:.4f})", f"({u:.1f}, {v:.1f})")
+    return table

@@ -11,6 +11,7 @@ bytes: the recorder encodes the frame. The X-specific set-up pitfalls are handle
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from typing import Any
 
@@ -22,12 +23,22 @@ from devices.desktop.geometry import MonitorGeometry, ScreenMap
 from devices.errors import DeviceUnavailable
 
 
+def _xauth_field(data: bytes) -> bytes:
+    return struct.pack(">H", len(data)) + data
+
+
+_NO_AUTH_ENTRY = struct.pack(">H", 0xFFFE) + b"".join(map(_xauth_field, (b"handeye", b"none", b"handeye-none", b"")))
+"""One Xauthority entry that matches no display: python-xlib then connects without a cookie (as with no file) but,
+the file not being empty, does not print "Xlib.xauth: warning, no xauthority details available" to stdout."""
+
+
 def prepare_display(display: str = "") -> str:
     """Make this process ready to talk to ``display`` (default $DISPLAY) and return its name.
 
     Raises DeviceUnavailable naming the display when there is none or it does not answer. Sets, for
-    this process only: DISPLAY (pyautogui reads it when imported); XAUTHORITY to an empty file when
-    it is unset and ~/.Xauthority is missing (python-xlib raises XauthError otherwise); and
+    this process only: DISPLAY (pyautogui reads it when imported); XAUTHORITY to a file with one entry that
+    matches no display when it is unset and ~/.Xauthority is missing (python-xlib raises XauthError without a file,
+    and prints a warning with an empty one); and
     XDG_SESSION_TYPE=x11 (pyscreeze refuses to screenshot under any other value).
     """
     name = display or os.environ.get("DISPLAY", "")
@@ -46,7 +57,8 @@ def prepare_display(display: str = "") -> str:
         )
     if not os.environ.get("XAUTHORITY") and not os.path.exists(os.path.expanduser("~/.Xauthority")):
         fd, path = tempfile.mkstemp(prefix="handeye-xauth-")
-        os.close(fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_NO_AUTH_ENTRY)
         os.environ["XAUTHORITY"] = path
     if os.environ.get("XDG_SESSION_TYPE") != "x11":
         os.environ["XDG_SESSION_TYPE"] = "x11"

@@ -27,6 +27,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForceTextLogitsProcessor", "TransformersBackend"]
+__all__ = ["ForceTextLogitsProcessor", "TransformersBackend", "model_source"]
 
 QWEN_FAMILIES = frozenset({"qwen2.5-vl", "infigui-g1", "gui-r1", "ui-tars"})
 """Families whose checkpoints are Qwen2-VL or Qwen2.5-VL models (one processor serves them all)."""
@@ -121,10 +123,10 @@ class TransformersBackend:
         self._peft: Any = None
         self._adapters: dict[str, Path | None] = {}  # version -> its folder (None: created in memory, for training)
         self._active: str | None = None
-        _check_model_dir(model)
-        self.processor = _load_processor(model, preset)
+        source = model_source(model)  # a local folder, or a hub id that is cached or reachable: fails in seconds
+        self.processor = _load_processor(source, preset)
         self.tokenizer = self.processor.tokenizer
-        self.model = _load_model(model, device, dtype)
+        self.model = _load_model(source, device, dtype)
         self.dtype = str(self.model.dtype).removeprefix("torch.")
         self._eos_ids = _eos_ids(self.model, self.tokenizer)
         if adapter is not None:
@@ -347,10 +349,77 @@ class TransformersBackend:
 
 # -- loading -----------------------------------------------------------------------------------
 
-def _check_model_dir(model: str | Path) -> None:
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""owner/name, the form of a Hugging Face hub id."""
+HUB_CHECK_TIMEOUT_S = 5.0
+"""How long the one request that tells whether the hub can be reached may take."""
+
+
+def model_source(model: str | Path) -> str:
+    """Where to load ``model`` from: its folder, or for a hub id the id itself (the hub is reachable: transformers
+    downloads or updates it) or its cached snapshot folder (the hub is offline or unreachable).
+
+    Raises BackendError at once, instead of after the hub client's minute of retries, when the model is neither a
+    folder nor a hub id, or is not cached while ``HF_HUB_OFFLINE`` is set or the hub cannot be reached."""
     path = Path(model)
-    if not path.is_dir():
-        return  # a hub id: from_pretrained reports what is missing
+    if path.is_dir():
+        _check_model_dir(path)
+        return str(path)
+    text = str(model)
+    if not _HUB_ID.fullmatch(text):
+        raise BackendError(f"model {text!r} is not a folder (no such directory) nor a hub id like "
+                           f"Qwen/Qwen2.5-VL-3B-Instruct")
+    cached = _cached_snapshot(text)
+    if _hub_offline():
+        if cached is None:
+            raise BackendError(f"{text} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: download "
+                               f"it where the hub can be reached (hf download {text}), or unset HF_HUB_OFFLINE")
+        return cached
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    unreachable = _unreachable(endpoint)
+    if unreachable is None:
+        return text
+    if cached is not None:
+        log.warning("%s cannot be reached (%s): loading %s from the local cache", endpoint, unreachable, text)
+        return cached
+    raise BackendError(f"cannot download {text}: {endpoint} cannot be reached ({unreachable}). Check the network "
+                       f"or the proxy (HTTPS_PROXY), set HF_ENDPOINT to a mirror, or download the model where the hub "
+                       f"can be reached (hf download {text}) and pass its folder")
+
+
+def _hub_offline() -> bool:
+    """HF_HUB_OFFLINE (or the older TRANSFORMERS_OFFLINE) set to a true value."""
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The cached snapshot folder of ``repo_id`` (its main revision), or None when it is not cached."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return str(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # LocalEntryNotFoundError, a bad cache, an old huggingface_hub: all mean "not usable here"
+        return None
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint`` cannot be reached (one HEAD request, proxies from the environment honoured), or None when
+    it answered at all (any HTTP status)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_CHECK_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{type(reason).__name__}: {reason}" if not isinstance(reason, str) else reason
+
+
+def _check_model_dir(path: Path) -> None:
     missing = []
     if not (path / "config.json").is_file():
         missing.append("config.json (the model)")

@@ -513,3 +513,14 @@ def test_agent_run_and_devices_on_the_desktop(app, xvfb, tmp_path):
     r = subprocess.run([sys.executable, "-m", "agent", "devices"], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and f"monitor 1: {SW}x{SH} at (0, 0)" in r.stdout, r.stdout
+
+
+def test_without_an_xauthority_file_the_display_answers_without_a_printed_warning(xvfb, tmp_path):
+    """Under a bare Xvfb (no XAUTHORITY, no ~/.Xauthority) python-xlib printed "Xlib.xauth: warning, no xauthority
+    details available" to stdout on every connection; prepare_display's stand-in file keeps it quiet."""
+    env = {k: v for k, v in os.environ.items() if k != "XAUTHORITY"}
+    env.update(HOME=str(tmp_path), DISPLAY=xvfb, COLUMNS="80")
+    result = subprocess.run([sys.executable, "-m", "agent", "devices"], env=env, capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert "monitor 1: 1024x768" in result.stdout, result.stdout + result.stderr
+    assert "xauth" not in (result.stdout + result.stderr).lower()

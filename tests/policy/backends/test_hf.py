@@ -254,6 +254,30 @@ def test_directory_without_processor_or_tokenizer_is_a_clear_error(tiny_dir: Pat
         TransformersBackend(weights_only, preset=PRESET)
 
 
+def test_a_hub_model_that_cannot_be_had_fails_in_seconds_with_what_to_do(tiny_dir: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """No cache and no hub: a clear error at once, not the hub client's minute of retries and doubled warnings."""
+    import time
+
+    from policy.backends.hf import model_source
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BackendError, match=r"not in the local Hugging Face cache and HF_HUB_OFFLINE is set.*hf download"):
+        TransformersBackend("InfiX-ai/InfiGUI-G1-3B", preset=PRESET)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match=r"cannot download InfiX-ai/InfiGUI-G1-3B: http://127.0.0.1:9 cannot be "
+                                           r"reached .*HF_ENDPOINT"):
+        model_source("InfiX-ai/InfiGUI-G1-3B")
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(BackendError, match="not a folder .*nor a hub id"):
+        model_source(str(tmp_path / "no" / "such" / "model"))
+    assert model_source(tiny_dir) == str(tiny_dir)  # a folder is used as it is (its files checked)
+
+
 def test_image_not_at_model_input_size_is_refused(backend: TransformersBackend) -> None:
     req = request()
     req.messages[1]["content"][1]["image"] = np.zeros((720, 1280, 3), np.uint8)
