@@ -263,7 +263,9 @@ class AdaptiveCurriculum:
 
     ``observe(groups)`` updates, for each group's prompt (its samples' ``origin["id"]``), the running rate
     ``s <- (1 - ema) * s + ema * r`` with ``r`` the group's share of correct samples (failed samples left out;
-    the first observation sets ``s = r`` unless ``init`` is given). A prompt is hard while ``s < hard_below`` or its
+    the first observation sets ``s = r`` unless ``init`` is given; samples whose origin says ``demo``, recorded
+    demonstrations mixed into a group by an online session's success replay, are not the policy's answers and are
+    left out). A prompt is hard while ``s < hard_below`` or its
     latest group had no correct sample; hard prompts wait in a queue of at most ``max_hard``, most recently failed
     last. ``next_batch(sampler, batch_size)`` draws ``min(floor(hard_fraction * batch_size), queue length)``
     distinct hard prompts, each pick weighted by ``max(1 - s, min_weight)`` without replacement, and fills the rest
@@ -287,7 +289,7 @@ class AdaptiveCurriculum:
         cfg = self.config
         n_groups = skipped = 0
         for group in groups:
-            usable, _ = _scored(group)
+            usable = [s for s in _scored(group)[0] if not s.origin.get("demo")]  # a demonstration is no answer
             if not usable:
                 skipped += 1
                 continue

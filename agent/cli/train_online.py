@@ -17,7 +17,7 @@ from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, ex
 from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
-ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes")
+ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes", "demos", "demo_share")
 
 
 def add_arguments(train: argparse.ArgumentParser) -> None:
@@ -35,6 +35,12 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
                     help="drop samples more than K adapter versions behind the learner (default 2; -1 keeps all)")
     on.add_argument("--minutes", type=float, metavar="M",
                     help="stop the session after M minutes of wall time, whatever the update count (default: none)")
+    on.add_argument("--demos", metavar="DIR",
+                    help="success replay: recorded demonstrations of the tasks (agent record), mixed into the groups "
+                         "of tasks the policy keeps failing (docs/online.md)")
+    on.add_argument("--demo-share", type=float, metavar="F",
+                    help="success replay: share of each update's groups that may carry a demonstration (default 0: "
+                         "off)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -60,7 +66,7 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
 
     explicit = {k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
-        "max_policy_lag": args.max_policy_lag,
+        "max_policy_lag": args.max_policy_lag, "demos": args.demos, "demo_share": args.demo_share,
         "max_wall_s": None if args.minutes is None else args.minutes * 60}.items() if v is not None}
     run_dir_flag = [f"train.run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
     if args.resume:

@@ -111,3 +111,6 @@ class LearnerContext:
     alive_actors: Callable[[], list[str]]
     elapsed: Callable[[], float]
     """Acting wall time of the run so far."""
+    demos: Any = None
+    """Success replay (``agent.online.demos.DemoReplay``): recorded successes mixed into failing tasks' groups; None
+    when ``online.demo_share`` is 0."""

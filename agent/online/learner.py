@@ -1,9 +1,10 @@
 """The learner side of an online session: ``Trainer.run_stream`` in a thread, fed from the transport, publishing
 adapter vN after every update.
 
-The feed joins group parts (``GroupAssembler``), leaves out groups with nothing to learn from (the difficulty filter;
-equal rewards when there is no KL term), and hands the trainer a batch only when it has ``rl.batch_prompts`` groups
-whose samples are at most ``max_policy_lag`` versions behind, judged right before the update that uses them (the
+The feed joins group parts (``GroupAssembler``), adds a recorded success to groups of tasks the policy keeps failing
+when success replay is on (``agent.online.demos``), leaves out groups with nothing to learn from (the difficulty
+filter; equal rewards when there is no KL term), and hands the trainer a batch only when it has
+``rl.batch_prompts`` groups whose samples are at most ``max_policy_lag`` versions behind, judged right before the update that uses them (the
 learner's own ``max_staleness`` is set to the same lag as a backstop). The trainer's ``on_start`` hook, called after
 resuming from a checkpoint, publishes the version the actors start with.
 """
@@ -98,6 +99,13 @@ class LearnerLoop:
             for g in groups:
                 count("samples_received", len(g))
                 count("groups_received")
+                if ctx.demos is not None:  # success replay: before the filter, which would drop an all-wrong group
+                    room = sum(any(x.origin.get("demo") for x in b) for b in batch) < ctx.demos.per_batch(per_batch)
+                    mixed = ctx.demos.mix(g, room=room)
+                    if len(mixed) > len(g):
+                        count("demo_groups")
+                        count("demo_samples", len(mixed) - len(g))
+                    g = mixed
                 n_ok = sum(correct(x) for x in g)
                 if (flt.drop_all_correct and n_ok == len(g)) or (flt.drop_all_wrong and n_ok == 0):
                     count("groups_filtered")
@@ -149,6 +157,7 @@ class LearnerLoop:
             "online/stale_dropped": float(counts.get("stale_dropped", 0)),
             "online/groups_filtered": float(counts.get("groups_filtered", 0)),
             "online/groups_no_signal": float(counts.get("groups_no_signal", 0)),
+            "online/demo_groups": float(counts.get("demo_groups", 0)),
             "online/duplicates": float(self.assembler.duplicates),
             "online/actors_alive": float(len(ctx.alive_actors())),
             "online/wall_s": ctx.elapsed(),

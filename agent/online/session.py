@@ -21,6 +21,7 @@ from agent.online.actors import OnlineActor
 from agent.online.batcher import Batcher
 from agent.online.context import ActorContext, ActorSettings, Counters, LearnerContext
 from agent.online.curve import plot_online_curve
+from agent.online.demos import session_replay
 from agent.online.learner import LearnerLoop
 from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, OnlineError, config_overrides,
                                    online_json)
@@ -263,6 +264,7 @@ class OnlineSession:
         self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks, reward_fn=lambda p, t: 0.0)
         if self.trainer.curriculum is not None:
             self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
+        self.demos = session_replay(online, learner_backend, self.trainer.curriculum)  # None unless demo_share
         # The actors' model: the same base weights, no adapter until the learner's first version arrives.
         self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))
         self.backend.logits_processor_factory = self.logits_processor_factory
@@ -278,7 +280,8 @@ class OnlineSession:
             transport=self.transport, versions=self.clock, filter=self.config.filter,
             max_policy_lag=self.online.max_policy_lag, prompts_per_batch=self.config.rl.prompts_per_batch,
             stopping=lambda: self.stopping, request_stop=self.request_stop, counters=self.counters,
-            episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed)
+            episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed,
+            demos=getattr(self, "demos", None))
 
     def _actor_context(self) -> ActorContext:
         o = self.online

@@ -54,6 +54,14 @@ class OnlineConfig:
     """Seconds between progress lines."""
     report: bool = True
     """Write report.html at the end."""
+    demos: str = ""
+    """Success replay: a folder of recorded demonstrations (run folders) of the session's tasks (docs/online.md)."""
+    demo_share: float = 0.0
+    """Success replay: share of each update's groups that may carry a recorded success, at most
+    ceil(demo_share x rl.batch_prompts), only for failing tasks; 0 = off."""
+    demo_below: float = 0.5
+    """Success replay: a task is failing while its running success is below this (or the curriculum holds it as
+    hard)."""
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -69,6 +77,12 @@ class OnlineConfig:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.keep_adapters < 1:
             raise ValueError(f"keep_adapters must be at least 1, got {self.keep_adapters}")
+        if not 0 <= self.demo_share <= 1:
+            raise ValueError(f"demo_share must be a share between 0 (off) and 1, got {self.demo_share}")
+        if self.demo_share > 0 and not self.demos:
+            raise ValueError("demo_share > 0 replays recorded successes: name their folder with demos (--demos DIR)")
+        if not 0 < self.demo_below <= 1:
+            raise ValueError(f"demo_below must be in (0, 1], got {self.demo_below}")
 
 
 def _toml_value(v: Any) -> str:
