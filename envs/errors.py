@@ -2,7 +2,8 @@
 
     EnvError                  base class
     ├── RecordError           a trajectory could not be written (disk full, permissions)
-    └── RecordFormatError     a trajectory on disk is not readable (corrupt line, wrong version)
+    ├── RecordFormatError     a trajectory on disk is not readable (corrupt line, wrong version)
+    └── TaskFileError         a derived task's file is not a valid task (names the file and the field)
 """
 
 from __future__ import annotations
@@ -18,3 +19,7 @@ class RecordError(EnvError, OSError):
 
 class RecordFormatError(EnvError, ValueError):
     """A trajectory on disk cannot be read."""
+
+
+class TaskFileError(EnvError, ValueError):
+    """A derived task's file (envs/derived) cannot be used; the message names the file and the field."""

@@ -32,6 +32,9 @@ class EnvSpec:
     kwargs: tuple[tuple[str, Any], ...] = ()
     max_steps: int = 10
     """The step budget ``make`` gives the environment (``TimeLimit``) unless told another."""
+    device_kind: str = ""
+    """The device it runs on ("web", "android", "desktop") when its suite mixes them (the derived tasks); "" when
+    the suite says (``agent.online.DEVICE_KINDS``)."""
 
     def make(self, *, max_steps: int | None = None, **overrides: Any) -> Any:
         """The environment, wrapped in ``TimeLimit(max_steps or self.max_steps)``."""
@@ -46,13 +49,13 @@ REGISTRY: dict[str, EnvSpec] = {}
 
 
 def register(name: str, entry_point: str, suite: str, description: str = "", *, max_steps: int = 10,
-             **kwargs: Any) -> None:
+             device_kind: str = "", **kwargs: Any) -> None:
     """Register ``name``; ``kwargs`` go to the factory, ``max_steps`` is the default step budget."""
     if name in REGISTRY:
         raise EnvError(f"environment {name!r} is registered twice")
     if max_steps < 1:
         raise EnvError(f"environment {name!r}: max_steps={max_steps} must be at least 1")
-    REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()), max_steps)
+    REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()), max_steps, device_kind)
 
 
 def spec(name: str) -> EnvSpec:
@@ -75,7 +78,7 @@ def all_specs(suite: str | None = None) -> list[EnvSpec]:
     return [s for s in REGISTRY.values() if suite is None or s.suite == suite]
 
 
-SUITE_MODULES = ("envs.generated", "envs.miniwob", "envs.android")
+SUITE_MODULES = ("envs.generated", "envs.miniwob", "envs.android", "envs.derived")
 """Modules whose import registers a suite's environments."""
 
 

@@ -36,6 +36,11 @@ def add_parser(sub: Any) -> None:
     rec.add_argument("--pause-key", default="Control+Alt+p", help="pauses and resumes the recording")
     rec.add_argument("--stop-key", default="Control+Alt+s", help="ends the recording")
     rec.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    rec.add_argument("--make-task", metavar="NAME",
+                     help="after the stop key, derive a task from what the demonstration changed and write it as "
+                          "NAME.json for `agent eval --suite tasks` (docs/recording.md, Derived tasks)")
+    rec.add_argument("--tasks-dir", metavar="DIR",
+                     help="where --make-task writes (default: $HANDEYE_TASKS_DIR, else ./tasks)")
     rec.add_argument("--config", help="config file (default: ./config.toml when present)")
     add_set_option(rec, "override one config option; repeatable")
 
@@ -54,11 +59,18 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(config_path(args.config), overrides)
         secrets = Secrets(dict(cfg.secrets))
+        maker = None
+        if args.make_task:  # a bad or taken name is refused before the person does the task
+            from agent.derived_tasks import TaskMaker
+
+            maker = TaskMaker(args.make_task, args.tasks_dir, kind=kind)
         recorder, site = make_recorder(cfg, kind, serial, args)
     except (AgentError, ValueError, OSError) as e:
         return print_error(str(e))
+    if maker is not None:
+        maker.builtin_page = site is not None
     try:
-        return record(cfg, recorder, args.task, secrets)
+        return record(cfg, recorder, args.task, secrets, maker=maker)
     finally:
         if site is not None:
             site.close()
@@ -91,8 +103,9 @@ def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) ->
                        stop_key=args.stop_key), site
 
 
-def record(cfg: Any, recorder: Any, task: str, secrets: Any) -> int:
-    """Record one demonstration; print each step as it comes and the summary; the exit code."""
+def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = None) -> int:
+    """Record one demonstration; print each step as it comes and the summary; the exit code. With ``maker``
+    (``agent.derived_tasks.TaskMaker``), a demonstration ended by the stop key becomes a task."""
     from agent.cli.run import stop_on_signals
     from agent.record import record_demonstration
     from agent.secrets import redact_logs
@@ -115,8 +128,10 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any) -> int:
     async def main() -> None:
         stop = stop_on_signals(stopped_by.append)
         try:
-            await record_demonstration(env, writer, secrets=secrets, on_step=lambda s: print_step(console, s),
-                                       stop=stop)
+            result = await record_demonstration(env, writer, secrets=secrets,
+                                                on_step=lambda s: print_step(console, s), stop=stop)
+            if maker is not None and not stopped_by and result.record.outcome is Outcome.CLAIMED:
+                await maker.read_final(recorder, writer.path)  # before the recorder closes
         finally:
             await asyncio.shield(env.close())
 
@@ -126,6 +141,8 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any) -> int:
         pass
     record_ = writer.record
     print_summary(console, record_, writer.path)
+    if maker is not None and not stopped_by and not maker.finish(console, recorder, writer.path, cfg.web):
+        return EXIT_EPISODE_FAILED
     if stopped_by:
         from agent.signals import exit_code
 

@@ -88,8 +88,8 @@ _RESUMED = re.compile(r"(?:topResumedActivity|mResumedActivity|ResumedActivity)[
 _FOCUS = re.compile(r"mCurrentFocus=Window\{\S+ u\d+ ([\w.]+)/([\w.$]+)")
 
 
-async def foreground_package(device: TaskDevice) -> str:
-    """The package of the resumed activity (``dumpsys activity activities``, else ``dumpsys window``)."""
+async def foreground_activity(device: TaskDevice) -> tuple[str, str]:
+    """(package, activity) of the resumed activity (``dumpsys activity activities``, else ``dumpsys window``)."""
     out = await run(device, "dumpsys activity activities", "read the foreground activity")
     m = _RESUMED.search(out)
     if m is None:
@@ -97,7 +97,12 @@ async def foreground_package(device: TaskDevice) -> str:
     if m is None:
         raise EnvError("neither `dumpsys activity activities` nor `dumpsys window` names a resumed activity; "
                        "is the screen locked?")
-    return m.group(1)
+    return m.group(1), m.group(2)
+
+
+async def foreground_package(device: TaskDevice) -> str:
+    """The package of the resumed activity."""
+    return (await foreground_activity(device))[0]
 
 
 def _element(elements: list[UiElement], resource_id: str) -> UiElement | None:
