@@ -5,7 +5,9 @@ run folder (``ep0000/frames/0000.png``), so opening the file from disk works wit
 shows a success table per suite and task, the median latency per phase as SVG bars, and for every
 episode its frames in order, each with the step's action drawn over it: the click point as a
 circle, candidates as smaller numbered circles, a drag or scroll as an arrow, typed text and keys
-as a label. The overlay's viewBox is the frame's pixel size (``0 0 W H``), so a normalized point
+as a label, and the box of the element the action went to (``target_box``, where the device could tell) as a
+dashed green rectangle. Demonstrations (``actor = human``: ``agent record``) are shown like agent runs, marked as
+the person's, with the lag of each late pre-action frame. The overlay's viewBox is the frame's pixel size (``0 0 W H``), so a normalized point
 (x, y) is drawn at (x * W, y * H) and circles stay round; ``data-x`` / ``data-y`` keep the
 normalized values.
 """
@@ -22,7 +24,7 @@ from typing import Any
 from agent.episode import PHASES
 from agent.eval import wilson_interval
 from agent.summary import describe_action
-from envs.records import Outcome, StepRecord
+from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import Episode, EpisodeState, iter_episodes
 
 PHASE_ORDER = ("reset", "start", *(p for p in PHASES if p != "reset"))
@@ -39,6 +41,7 @@ th:first-child,td:first-child{text-align:left}th{background:#eee}tr.overall td{f
 .episode>summary{cursor:pointer}.o-success{color:#1a7f37}.o-failure,.o-aborted{color:#c62828}
 .o-truncated,.o-infeasible,.o-interrupted{color:#b26a00}.o-claimed{color:#2e7d32}
 .o-crashed{color:#c62828;font-weight:bold}.o-running{color:#1565c0}
+.actor-human{background:#6a1b9a;color:#fff;border-radius:4px;padding:0 6px;font-size:12px}
 .steps{display:flex;flex-direction:column;gap:14px;margin-top:10px}
 .step{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:12px;border-top:1px solid #eee;padding-top:8px}
 .frame{position:relative;line-height:0}.frame img{width:100%;height:auto;display:block;border:1px solid #999}
@@ -108,6 +111,11 @@ def overlay_svg(step: StepRecord) -> str:
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="5" markerHeight="5" '
         'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#e53935"/></marker></defs>',
     ]
+    if step.target_box is not None and len(step.target_box) == 4:
+        x1, y1, x2, y2 = (float(v) for v in step.target_box)
+        parts.append(f'<rect class="target-box" data-box="{x1},{y1},{x2},{y2}" x="{x1 * w:.2f}" y="{y1 * h:.2f}" '
+                     f'width="{max(x2 - x1, 0) * w:.2f}" height="{max(y2 - y1, 0) * h:.2f}" fill="none" '
+                     f'stroke="#2e7d32" stroke-width="{sw:.2f}" stroke-dasharray="{sw * 3:.1f} {sw * 1.5:.1f}"/>')
     for i, cand in enumerate(step.candidates):
         p = _point(cand) if isinstance(cand, dict) else None
         if p is None:
@@ -264,9 +272,27 @@ def _step_html(ep: Episode, step: StepRecord, rel: str, lazy: bool) -> str:
     info = step.info.get("env_reward")
     if info is not None:
         meta.append(f'<dt>env reward</dt><dd>{_e(info)}</dd>')
+    meta.append(_demo_html(step))
     return (f'<div class="step" id="{_e(ep.record.episode_id)}-{step.index}" data-index="{step.index}">'
             f'<div class="frame" data-w="{step.frame_size[0]}" data-h="{step.frame_size[1]}">{img}{overlay_svg(step)}</div>'
             f'<dl class="meta"><dt>step {step.index}</dt><dd></dd>{"".join(meta)}</dl></div>')
+
+
+def _demo_html(step: StepRecord) -> str:
+    """A demonstration step's recording facts: how late its pre-action frame was, a pause, the element's selector."""
+    policy = step.info.get("policy") if isinstance(step.info, dict) else None
+    if not isinstance(policy, dict) or policy.get("actor") != "human":
+        return ""
+    env_info = step.info.get("env_info") if isinstance(step.info.get("env_info"), dict) else {}
+    demo = env_info.get("demo") if isinstance(env_info.get("demo"), dict) else {}
+    facts = []
+    if policy.get("late"):
+        facts.append(f'<span class="bad">late frame: {_e(policy.get("frame_lag_s"))} s older than the input</span>')
+    if "paused_s" in demo:
+        facts.append(f"paused {_e(demo['paused_s'])} s (not recorded)")
+    if demo.get("selector"):
+        facts.append(f"element {_e(demo['selector'])}" + (f" in {_e(demo['frame'])}" if demo.get("frame") else ""))
+    return f'<dt>recorded</dt><dd>{"; ".join(facts) or "on time"}</dd>'
 
 
 def _episode_html(ep: Episode, run_dir: Path, lazy: bool, open_: bool) -> str:
@@ -277,7 +303,9 @@ def _episode_html(ep: Episode, run_dir: Path, lazy: bool, open_: bool) -> str:
     seed = env.get("seed") if isinstance(env, dict) else None
     head = (f'<summary><h3 style="display:inline">{_e(r.episode_id)} · {_e(_env_name(ep))}'
             f'{f" · seed {_e(seed)}" if seed is not None else ""} · <span class="o-{_e(outcome)}">{_e(outcome)}</span>'
-            f' · {len(ep.steps)} steps</h3></summary>')
+            f' · {len(ep.steps)} steps'
+            f'{" · <span class=actor-human>demonstration (human)</span>" if r.actor is Actor.HUMAN else ""}'
+            f'</h3></summary>')
     lines = [f'<div class="task">task: {_e(r.task)}</div>']
     if r.reason:
         lines.append(f'<div class="reason">reason: {_e(r.reason.get("type"))}: {_e(r.reason.get("message"))}</div>')
@@ -297,7 +325,8 @@ def _episode_html(ep: Episode, run_dir: Path, lazy: bool, open_: bool) -> str:
     if ep.truncated_tail and ep.state is not EpisodeState.RUNNING:
         lines.append('<div class="bad">the last step was cut off when the process died</div>')
     steps = "".join(_step_html(ep, s, rel, lazy) for s in ep.steps)
-    return (f'<details class="episode" data-outcome="{_e(outcome)}" data-episode="{_e(r.episode_id)}"{" open" if open_ else ""}>'
+    return (f'<details class="episode" data-outcome="{_e(outcome)}" data-episode="{_e(r.episode_id)}" '
+            f'data-actor="{_e(r.actor.value)}"{" open" if open_ else ""}>'
             f'{head}{"".join(lines)}<div class="steps">{steps}</div></details>')
 
 
