@@ -107,6 +107,8 @@ class DesktopRecorder:
         self._targets: TargetFinder | None = None
         self._translator: threading.Thread | None = None
         self._ended = False
+        self.started = asyncio.Event()
+        """Set once input is being recorded (for a program that plays the person)."""
 
     # -- life cycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -119,6 +121,7 @@ class DesktopRecorder:
         except BaseException:
             await asyncio.to_thread(self._close)
             raise
+        self.started.set()
 
     def _open(self) -> None:
         cfg = self.config
