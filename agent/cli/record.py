@@ -82,10 +82,15 @@ def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) ->
 
     from agent.errors import ConfigError
 
-    if kind != "web":
-        if args.url:
-            raise ConfigError(f"--url is for the web; the {kind} device is recorded as it is")
-        raise ConfigError(f"recording on the {kind} device is not wired into `agent record` yet; record on the web")
+    if kind != "web" and args.url:
+        raise ConfigError(f"--url is for the web; the {kind} device is recorded as it is")
+    if kind == "desktop":
+        from devices.desktop import DesktopRecordConfig, DesktopRecorder
+
+        return DesktopRecorder(cfg.desktop, DesktopRecordConfig(pause_keys=args.pause_key,
+                                                                stop_keys=args.stop_key)), None
+    if kind == "android":
+        return android_recorder(cfg, serial), None
     from devices.web import PlaywrightDevice, check_url
     from devices.web_recorder import WebRecorder
 
@@ -101,6 +106,29 @@ def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) ->
     web = replace(cfg.web, headless=bool(args.headless))
     return WebRecorder(PlaywrightDevice(web, cfg.settle), url, pause_key=args.pause_key,
                        stop_key=args.stop_key), site
+
+
+def android_recorder(cfg: Any, serial: str) -> Any:
+    """The phone's recorder (its getevent stream and UI dumps); the terminal's Ctrl-C ends the recording."""
+    from dataclasses import replace
+
+    from agent.errors import ConfigError
+
+    try:
+        from devices.android.recorder import AndroidRecorder
+    except ImportError as e:  # the Android recorder is not part of this install
+        raise ConfigError(f"recording on Android needs the Android recorder: {e}") from None
+    config = replace(cfg.android, serial=serial) if serial else cfg.android
+    return AndroidRecorder(config)
+
+
+def _stop_key(recorder: Any) -> str:
+    """How the person ends this recording, as the console says it."""
+    interpreter = getattr(recorder, "interpreter", None)
+    if interpreter is not None:
+        return str(interpreter.stop_key)
+    combo = getattr(getattr(recorder, "record", None), "stop_combo", None)
+    return combo.describe() if combo is not None else "Ctrl-C"
 
 
 def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = None) -> int:
@@ -122,7 +150,7 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
     redact_logs(secrets)
     stopped_by: list[int] = []
     console.print(f"[bold]recording[/] {plain(secrets.redact(task))}: do the task; end with "
-                  f"{plain(getattr(recorder, 'interpreter', None) and recorder.interpreter.stop_key or 'Ctrl-C')}, by "
+                  f"{plain(_stop_key(recorder))}, by "
                   "closing the browser, or with Ctrl-C")
 
     async def main() -> None:
