@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.record import record_demonstration
-from devices.actions import Action, ActionKind
+from devices.actions import Action, ActionKind, Point
 from devices.web import PlaywrightDevice, WebConfig
 from devices.web_recorder import WebRecorder
 from envs.conformance import check_env
@@ -29,6 +29,8 @@ from envs.records import Actor, Outcome
 from envs.recording import RecordingEnv
 from envs.registry import all_specs, make
 from envs.trajectory import RunWriter, read_episode
+from tests.devices.test_desktop import xvfb  # noqa: F401 - the private X display fixture
+from tests.envs.test_android_tasks import adb_port  # noqa: F401 - the private adb server fixture
 
 W, H = 800, 600
 HEAD = '<!doctype html><html><head><meta charset="utf-8"><title>{title}</title></head>' \
@@ -291,3 +293,328 @@ def made_json(spec) -> str:
 
 EXPECTED = {"form": _expect_form, "checkbox": _expect_checkbox, "select": _expect_select,
             "navigate": _expect_navigate, "zh-submit": _expect_zh, "widgets": _expect_widgets}
+
+
+# -- a task whose page ships with it; conformance ------------------------------------------------------------------
+def _write(folder: Path, name: str, data: dict[str, Any] | str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def _web_task(name: str = "t", **changes: Any) -> dict[str, Any]:
+    task = {"format": "handeye-task/1", "name": name, "instruction": "Tick the box", "device": "web",
+            "start": {"page": "site/check.html", "viewport": [W, H]},
+            "conditions": [{"kind": "element", "selector": "#agree", "checked": True}]}
+    task.update(changes)
+    return task
+
+
+def test_a_task_with_its_own_page_conforms_and_is_checked(loop, shared, tasks):
+    (tasks / "site").mkdir(parents=True)
+    (tasks / "site" / "check.html").write_text(PAGES["check.html"], encoding="utf-8")
+    _write(tasks, "tick", _web_task("tick"))
+    assert register_tasks() == ["tasks/tick"]  # $HANDEYE_TASKS_DIR
+    (spec,) = all_specs("tasks")
+    assert spec.device_kind == "web" and spec.description == "web: Tick the box"
+    loop.run_until_complete(check_env(make("tasks/tick", device=shared)))
+
+    async def tick() -> tuple[float, bool, bool]:
+        env = make("tasks/tick", device=shared)
+        try:
+            obs, info = await env.reset(seed=3)
+            assert info["instruction"] == "Tick the box" and obs.frame.shape == (H, W, 3)
+            box = await shared.page.locator("#agree").bounding_box()
+            point = Point((box["x"] + box["width"] / 2) / W, (box["y"] + box["height"] / 2) / H)
+            _, reward, terminated, _, info = await env.step(Action(ActionKind.CLICK, point=point))
+            return reward, terminated, info["success"]
+        finally:
+            await env.close()
+
+    assert loop.run_until_complete(tick()) == (1.0, True, True)
+
+
+# -- the loader ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("change, message", [
+    ({"colour": "red"}, "t.json: colour is not a field of the task"),
+    ({"max_steps": "ten"}, "t.json: max_steps must be a whole number"),
+    ({"device": "fridge"}, "t.json: device is 'fridge'"),
+    ({"format": "handeye-task/9"}, "format is 'handeye-task/9'"),
+    ({"name": "other"}, "name is 'other' but the file is t.json"),
+    ({"conditions": []}, "conditions must be a non-empty list"),
+    ({"conditions": [{"kind": "element", "selector": "#a", "checked": "yes"}]},
+     "conditions[0].checked must be true or false, got a string"),
+    ({"conditions": [{"kind": "element", "selector": "#a", "checked": True, "colour": 1}]},
+     "conditions[0].colour is not a field of conditions[0]"),
+    ({"conditions": [{"kind": "element", "selector": "#a"}]}, "needs at least one of value, checked"),
+    ({"conditions": [{"kind": "activity", "package": "com.example.notes"}]},
+     "conditions[0].kind activity is not checked on the web device"),
+    ({"conditions": [{"kind": "url", "value": "/x", "match": "starts"}]}, "conditions[0].match is 'starts'"),
+    ({"start": {"page": "../../etc/passwd"}}, "start.page: '../../etc/passwd' is outside the task's folder"),
+    ({"start": {"page": "/etc/passwd"}}, "start.page: '/etc/passwd' is outside the task's folder"),
+    ({"start": {"page": "missing.html"}}, "does not exist"),
+    ({"start": {"url": "ftp://example.com/"}}, "start.url 'ftp://example.com/' needs one of the schemes"),
+    ({"start": {"url": "http://a/", "page": "b.html"}}, "give exactly one of url"),
+    ({"start": {"url": "http://a/", "viewport": [10, 10]}}, "start.viewport must be [width, height]"),
+])
+def test_the_loader_names_the_file_and_the_field(tmp_path, change, message):
+    path = _write(tmp_path, "t", _web_task(**change))
+    with pytest.raises(TaskFileError) as info:
+        load_task(path)
+    assert message in str(info.value) and str(path.parent) in str(info.value)
+
+
+def test_the_loader_refuses_huge_deep_and_broken_files(tmp_path):
+    huge = tmp_path / "huge.json"
+    with huge.open("w") as f:
+        f.write('{"name": "huge", "pad": "' + "x" * (1024 * 1024) + '"}')
+    with pytest.raises(TaskFileError, match=r"huge.json: 1,048,6\d\d bytes, more than 1,048,576"):
+        load_task(huge)
+    deep = _write(tmp_path, "deep", "[" * 5000 + "]" * 5000)
+    with pytest.raises(TaskFileError, match="deep.json: cannot read it as JSON: .*nested more than 64"):
+        load_task(deep)
+    with pytest.raises(TaskFileError, match="broken.json: cannot read it as JSON"):
+        load_task(_write(tmp_path, "broken", '{"format": '))
+    with pytest.raises(TaskFileError, match="list.json: the task must be a JSON object, got a list"):
+        load_task(_write(tmp_path, "list", "[]"))
+
+
+def test_a_broken_file_is_listed_and_make_says_why(tasks):
+    _write(tasks, "good", _web_task("good", start={"url": "http://127.0.0.1:1/x.html"}))
+    _write(tasks, "bad", _web_task("bad", conditions=[{"kind": "element", "selector": "#a", "checkd": True}]))
+    assert register_tasks(tasks) == ["tasks/bad", "tasks/good"]
+    bad = next(s for s in all_specs("tasks") if s.name == "tasks/bad")
+    assert bad.description.startswith("cannot be loaded:") and "checkd is not a field" in bad.description
+    with pytest.raises(TaskFileError, match=r"bad.json: conditions\[0\].checkd is not a field"):
+        make("tasks/bad")
+    assert make("tasks/good").max_steps == 10
+
+
+def test_every_condition_kind_round_trips(tmp_path):
+    conditions = {
+        "web": [{"kind": "url", "value": "/done.html", "match": "path_equals"},
+                {"kind": "element", "selector": "#w >>> #b", "frame": "http://h/f.html", "value": "x",
+                 "checked": False, "selected": ["北京"], "text_contains": "On"},
+                {"kind": "text_visible", "text": "提交成功", "frame": "http://h/f.html"}],
+        "android": [{"kind": "activity", "package": "com.example.notes", "activity": ".MainActivity"},
+                    {"kind": "hierarchy_text", "text": "buy milk", "resource_id": "com.example.notes:id/field"}],
+        "desktop": [{"kind": "window_title", "value": "Saved - Editor", "match": "equals"},
+                    {"kind": "ocr_text", "text": "Saved", "box": [0.1, 0.2, 0.5, 0.4]}],
+    }
+    starts = {"web": {"url": "http://h/a.html"},
+              "android": {"package": "com.example.notes", "commands": ["am force-stop com.example.list"]},
+              "desktop": {"command": ["gedit", "--new-window"], "wait_s": 3}}
+    for device, listed in conditions.items():
+        task = {"format": "handeye-task/1", "name": device, "instruction": "做这个", "device": device,
+                "start": starts[device], "conditions": listed}
+        spec = load_task(_write(tmp_path, device, task))
+        assert spec.language == "zh"
+        again = load_task(_write(tmp_path / "again", device, spec.to_json()))
+        assert again == spec and [condition_dict(c) for c in spec.conditions] == listed
+
+
+# -- Android, on the protocol-level test phone ---------------------------------------------------------------------
+class ScriptedPhoneRecorder:
+    """Stands in for the person and devices/android/recorder.py: does each scripted action on the phone and reports
+    it as that recorder does (the pre-action frame, the target element from the UI hierarchy, ``info["package"]``);
+    ``start_state`` is read when the recording starts, as the Android recorder's is."""
+
+    def __init__(self, device: Any, actions: list[Action]) -> None:
+        self.device, self.actions = device, list(actions)
+        self.start_state: dict[str, Any] = {}
+
+    async def start(self) -> None:
+        from envs.derived import read_android_state
+
+        self.start_state = await read_android_state(self.device)
+
+    async def next_event(self) -> Any:
+        from devices.recording import DemoEvent
+        from envs.android.tasks import foreground_activity
+
+        if not self.actions:
+            return None
+        action = self.actions.pop(0)
+        frame = await self.device.observe()
+        if action.point is not None:
+            target = await self.device.element_at(action.point)
+        else:
+            target = await self.device.focused_element()
+        package, _ = await foreground_activity(self.device)
+        await self.device.act(action)
+        await self.device.settle()
+        return DemoEvent(action, 0.0, frame, target=target, info={"package": package})
+
+    async def observe(self) -> Any:
+        return await self.device.observe()
+
+    async def stop(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "android"}
+
+
+NOTE = [Action(ActionKind.CLICK, point=Point(0.5, 0.2)),  # the Notes button on the home screen
+        Action(ActionKind.CLICK, point=Point(0.5, 0.19)),  # its text field
+        Action(ActionKind.TYPE, text="buy milk")]
+
+
+def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_is_replayed(adb_port, tmp_path,
+                                                                                           tasks):
+    from devices.android import AndroidConfig, AndroidDevice
+    from envs.derived import read_android_state
+    from envs.derived.spec import ActivityCondition, AndroidStart, HierarchyTextCondition
+    from tests.devices.test_android import _connect, _disconnect
+    from tests.support.fake_adbd import FakeAdbd, FakePhone
+
+    phone = FakePhone(physical=(360, 800))
+    phone.text = "left-over draft"  # the notes app's unsaved draft: the start recipe must drop it
+
+    async def scenario(serial: str) -> dict[str, Any]:
+        device = AndroidDevice(AndroidConfig(serial=serial, adb_port=adb_port))
+        await device.start()
+        try:
+            await device.shell("am force-stop com.example.notes", "drop the draft")
+            recorder = ScriptedPhoneRecorder(device, NOTE)
+            writer = RunWriter(tmp_path / "runs", config={}).episode(task="Write 'buy milk' in Notes",
+                                                                      actor=Actor.HUMAN)
+            env = RecordingEnv(recorder, "Write 'buy milk' in Notes")
+            await record_demonstration(env, writer)
+            final = await read_android_state(device)
+            spec = derive_task(read_episode(writer.path), recorder.start_state, final, "note")
+            write_task(spec, tasks)
+        finally:
+            await device.close()
+        register_tasks(tasks)
+        out: dict[str, Any] = {"spec": spec}
+        task_env = make("tasks/note", serial=serial, adb_port=adb_port)
+        try:
+            phone.text = "buy milk"  # what a previous episode left behind
+            await task_env.reset(seed=0)
+            out["start"] = await task_env.check()
+            out["finish_at_start"] = (await task_env.step(Action(ActionKind.FINISH)))[1:3]
+            await task_env.reset(seed=1)
+            for action in [Action.from_dict(s.action) for s in read_episode(writer.path).steps][:-1]:
+                _, reward, terminated, _, info = await task_env.step(action)
+            out["replay"] = (reward, terminated, info.get("success"))
+        finally:
+            await task_env.close()
+        await check_env(make("tasks/note", serial=serial, adb_port=adb_port))
+        return out
+
+    with FakeAdbd(phone) as adbd:
+        _connect(adb_port, adbd)
+        try:
+            out = asyncio.run(scenario(adbd.address))
+        finally:
+            _disconnect(adb_port, adbd)
+    spec = out["spec"]
+    assert spec.conditions == (ActivityCondition("com.example.notes", ".MainActivity"),
+                               HierarchyTextCondition("buy milk", "com.example.notes:id/field"))
+    assert spec.start == AndroidStart("com.example.launcher", ".MainActivity", ("am force-stop com.example.notes",))
+    assert not out["start"].success and out["finish_at_start"] == (0.0, True)
+    assert out["replay"] == (1.0, True, True)
+
+
+# -- the desktop, on states as its recorder and OCR give them ------------------------------------------------------
+class ListRecorder:
+    """Replays prepared DemoEvents (the desktop recorder's form: a target box, ``info["window"]``)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = list(events)
+
+    async def start(self) -> None:
+        pass
+
+    async def next_event(self) -> Any:
+        return self.events.pop(0) if self.events else None
+
+    async def observe(self) -> Any:
+        from devices.base import Observation
+        import numpy as np
+
+        return Observation(frame=np.zeros((60, 80, 3), np.uint8))
+
+    async def stop(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "desktop"}
+
+
+def test_a_desktop_task_is_derived_from_the_title_and_the_text_near_the_last_target(tmp_path):
+    import numpy as np
+
+    from devices.base import Box, ElementInfo, Observation
+    from devices.recording import DemoEvent
+    from envs.derived import check
+    from envs.derived.env import DerivedTaskEnv
+    from envs.derived.spec import OcrTextCondition, WindowTitleCondition
+    from envs.errors import EnvError
+
+    frame = Observation(frame=np.zeros((60, 80, 3), np.uint8))
+    window = {"window": "0x1", "name": "notes.txt - Editor", "class": ["editor", "Editor"]}
+    events = [DemoEvent(Action(ActionKind.TYPE, text="hello"), 1.0, frame, target=ElementInfo("", None, "window"),
+                        info={"window": window}),
+              DemoEvent(Action(ActionKind.CLICK, point=Point(0.5, 0.1)), 2.0, frame,
+                        target=ElementInfo("Save", Box(0.45, 0.05, 0.55, 0.15), "push button"), info={"window": window})]
+    writer = RunWriter(tmp_path / "runs", config={}).episode(task="Save the note", actor=Actor.HUMAN)
+    asyncio.run(record_demonstration(RecordingEnv(ListRecorder(events), "Save the note"), writer))
+    start = {"window_title": "notes.txt - Editor", "ocr": [{"text": "Unsaved", "box": [0.4, 0.2, 0.6, 0.25]}]}
+    final = {"window_title": "notes.txt (saved) - Editor",
+             "ocr": [{"text": "hello", "box": [0.1, 0.5, 0.2, 0.55]},         # what was typed: not a condition
+                     {"text": "Saved to disk", "box": [0.4, 0.2, 0.6, 0.25]},  # near the Save button: one
+                     {"text": "Status: ok", "box": [0.0, 0.9, 0.2, 0.95]}]}   # far from it: not
+    spec = derive_task(read_episode(writer.path), start, final, "save")
+    assert spec.conditions[0] == WindowTitleCondition("notes.txt (saved) - Editor", TextMatch.EQUALS)
+    assert [c.text for c in spec.conditions[1:]] == ["Saved to disk"]
+    assert isinstance(spec.conditions[1], OcrTextCondition) and spec.conditions[1].box.contains(0.5, 0.22)
+    assert all(r.holds for r in check(spec.conditions, final))
+    assert not any(r.holds for r in check(spec.conditions, start))
+    path = write_task(spec, tmp_path / "tasks")
+    with pytest.raises(EnvError, match="OCR"):
+        DerivedTaskEnv(path)  # ocr_text conditions need a text reader, which environments cannot build
+
+
+EDITOR_APP = """
+import tkinter as tk
+root = tk.Tk()
+root.title("Editor")
+root.geometry("300x200+0+0")
+tk.Button(root, text="Save", command=lambda: root.title("Editor - saved")).place(x=50, y=50, width=100, height=40)
+root.after(200, root.focus_force)
+root.mainloop()
+"""
+
+
+def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_path, xvfb):
+    import sys
+
+    from tests.devices.test_desktop import SH, SW
+
+    task = {"format": "handeye-task/1", "name": "save", "instruction": "Save the document", "device": "desktop",
+            "start": {"command": [sys.executable, "-c", EDITOR_APP], "wait_s": 1.5},
+            "conditions": [{"kind": "window_title", "value": "Editor - saved", "match": "equals"}]}
+    register_tasks(_write(tmp_path / "tasks", "save", task).parent)
+
+    async def scenario() -> list[Any]:
+        env = make("tasks/save")
+        try:
+            await env.reset()
+            seen = [await env.check()]
+            seen.append((await env.step(Action(ActionKind.CLICK, point=Point(100 / SW, 70 / SH))))[1:])
+            await env.reset()  # the app starts again, unsaved
+            seen.append(await env.check())
+            return seen
+        finally:
+            await env.close()
+
+    try:
+        first, clicked, again = asyncio.run(scenario())
+    finally:
+        register_tasks(tmp_path / "nowhere")
+    assert not first.success and first.details["conditions"][0]["actual"] == "Editor"
+    assert clicked[:3] == (1.0, True, False) and clicked[3]["success"]
+    assert not again.success
