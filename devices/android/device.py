@@ -258,6 +258,13 @@ class AndroidDevice(AsyncContextDevice):
 
     async def ui_elements(self) -> list[UiElement]:
         """The screen's accessibility nodes from ``uiautomator dump`` (slow on phones: 1-3 s)."""
+        xml_text = await self.ui_dump()
+        g = await self._geometry()
+        return parse_ui_dump(xml_text, g.input_size)
+
+    async def ui_dump(self) -> str:
+        """The XML of ``uiautomator dump`` as the phone wrote it (``parse_ui_dump`` reads it; the recorder also
+        reads the display rotation on its root)."""
         out = ""
         for attempt in range(2):
             out, rc = await self.shell_rc(f"uiautomator dump {_DUMP_PATH}", "dump the UI hierarchy")
@@ -266,9 +273,35 @@ class AndroidDevice(AsyncContextDevice):
             if attempt == 1:
                 raise DeviceError(f"uiautomator could not dump the UI hierarchy: {out.strip()[:300]}")
             await asyncio.sleep(0.5)  # "ERROR: could not get idle state" while the screen animates
-        xml_text = await self.shell(f"cat {_DUMP_PATH}", "read the UI hierarchy")
-        g = await self._geometry()
-        return parse_ui_dump(xml_text, g.input_size)
+        return await self.shell(f"cat {_DUMP_PATH}", "read the UI hierarchy")
+
+    def open_stream(self, command: str) -> Any:
+        """Start a shell command that keeps writing (``getevent``) and return its adbutils connection: read its
+        socket (``.conn``) as the output comes, ``close()`` it to end the command. Blocking (call it in a thread).
+
+        The command gets a terminal (adbd's ``shell,pty:`` service, Android 7+): a program whose output is not a
+        terminal fills a buffer before writing, so its lines would come in bursts, late. A phone that refuses the
+        service is asked with plain ``shell:`` (older adbd gives every shell command a terminal anyway)."""
+        import adbutils
+
+        if self._adb.client is None:
+            raise DeviceError(f"cannot run `{command}`: the android device is not started")
+        phone = self._adb.client.device(self.serial)
+        refused = ""
+        for service in (f"shell,pty:{command}", f"shell:{command}"):
+            try:
+                conn = phone.open_transport()
+            except (adbutils.AdbError, OSError) as e:
+                raise DeviceError(f"cannot run `{command}` on {self.serial}: the adb server did not answer ({e})"
+                                  ) from e
+            try:
+                conn.send_command(service)
+                conn.check_okay()
+                return conn
+            except (adbutils.AdbError, OSError) as e:
+                conn.close()
+                refused = str(e) or type(e).__name__
+        raise DeviceError(f"cannot run `{command}` on {self.serial}: the phone refused it ({refused})")
 
     # -- actions --------------------------------------------------------------------------------
     async def act(self, action: Action) -> ActionResult:
