@@ -5,6 +5,8 @@
     replies   parsers of what the phone answers (raw screencap, wm size, dumpsys display, uiautomator)
     commands  the shell commands each action becomes (key codes, input text, scroll swipes)
     device    AndroidDevice: frames, geometry and actions, built on the four above
+    recorder  AndroidRecorder: a person's demonstration, from getevent (parsed by getevent, turned into actions
+              by gestures), a rolling capture of frames and UI dumps (capture) and typed text (typed_text)
 
 docs/devices.md (Android) describes set-up, frames, coordinates and actions for users.
 """
