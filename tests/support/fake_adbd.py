@@ -8,14 +8,17 @@ must be tested through the real adb server and adbutils, byte for byte as it tal
 message headers (command, arg0, arg1, payload length, payload checksum, magic), CNXN (AUTH
 only to refuse, see ``authorized``), and streams opened by OPEN and driven by OKAY / WRTE / CLSE,
 one WRTE in flight per stream. A real adb server adopts it with ``adb connect 127.0.0.1:PORT``.
-Services: ``shell:CMD`` and ``exec:CMD`` (both run CMD through a small shell: ``;``-separated commands, quotes, ``$?``); anything else is
-closed, as adbd closes services it does not know. The ``shell_v2`` feature is not announced, so
+Services: ``shell:CMD`` and ``exec:CMD`` (both run CMD through a small shell: ``;``-separated commands, quotes,
+``$?``), and ``shell,pty:CMD`` (a terminal: ``\\r\\n`` line ends; refused when ``phone.pty_service`` is False, as
+adbd before Android 7 refuses it); anything else is closed, as adbd closes services it does not know. The
+``shell_v2`` feature is not announced, so
 adbutils' ``shell2`` falls back to ``CMD; echo X4EXIT:$?``.
 
 ``FakePhone`` is the simulated phone, drawn with numpy/OpenCV at its current logical display size
 (the override size when one is set, axes swapped for rotation 1 and 3). Screens: ``home`` (buttons
 ``notes``, ``list``, ``counter``), ``notes`` (a text field), ``list`` (40 rows that scroll),
-``settings`` and ``browser``. Commands it answers like a phone:
+``settings``, ``browser`` and ``login`` (a user field, a password field, a Sign in button). Commands it answers
+like a phone:
 
 - ``screencap`` (raw: 12-byte header before SDK 28, 16-byte with the colour space after; format 1 =
   RGBA_8888) and ``screencap -p`` (PNG)
@@ -39,17 +42,24 @@ adbutils' ``shell2`` falls back to ``CMD; echo X4EXIT:$?``.
 - the settings screen: switches ``wifi`` and ``bluetooth`` (tapping one flips its setting) and a
   ``brightness`` SeekBar (a tap sets the brightness from where it lands; the outer 5 % at either
   end is padding that gives 0 or 255, as a slider's thumb inset does)
+- ``getevent -p`` / ``-lp`` and a running ``getevent [-l] [-t]`` that streams what the person does with
+  ``phone.finger`` (``tests/support/fake_getevent.py``: taps, long presses, swipes, keys, soft-keyboard typing);
+  ``getevent_access = "denied"`` answers as a phone that keeps /dev/input from the shell user, ``"missing"`` as
+  one without getevent; ``dumpsys input_method`` (``mInputShown``, the keyboard's ``visibleTopInsets``: the
+  bottom ``KEYBOARD_FRACTION`` of the screen while a field has the focus)
 - ``echo``, ``true``; anything else answers ``/system/bin/sh: X: inaccessible or not found``, 127
 
 State for tests: ``phone.events`` (what the user "did"), ``phone.commands`` (every shell command),
-``phone.screen``, ``phone.text`` (the notes field), ``phone.current_ime``, ``phone.frame()`` (the RGB
-frame screencap would return now). ``FakeAdbd.stop()`` drops every connection (a phone unplugged).
+``phone.screen``, ``phone.text`` (the notes field), ``phone.login`` (the login fields), ``phone.current_ime``,
+``phone.frame()`` (the RGB frame screencap would return now), ``phone.captures`` / ``phone.dumps`` (how many
+screencaps and UI dumps were answered). ``FakeAdbd.stop()`` drops every connection (a phone unplugged).
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import queue
 import re
 import shlex
 import socket
@@ -60,6 +70,8 @@ from typing import Any
 
 import cv2
 import numpy as np
+
+from tests.support.fake_getevent import KEYBOARD_FRACTION, FakeInput
 
 A_CNXN, A_OPEN, A_OKAY, A_CLSE, A_WRTE, A_AUTH = (
     int.from_bytes(name, "little") for name in (b"CNXN", b"OPEN", b"OKAY", b"CLSE", b"WRTE", b"AUTH")
@@ -74,6 +86,7 @@ PACKAGES = {
     "com.android.settings": "settings",
     "com.android.chrome": "browser",
     "com.example.launcher": "home",
+    "com.example.login": "login",
 }
 KEYCODES = {
     "3": "HOME", "4": "BACK", "187": "APP_SWITCH", "61": "TAB", "62": "SPACE", "66": "ENTER", "67": "DEL", "111": "ESCAPE",
@@ -135,7 +148,22 @@ class FakePhone:
         "global/wifi_on": "1", "global/bluetooth_on": "0", "global/airplane_mode_on": "0",
         "system/screen_brightness": "102", "system/screen_brightness_mode": "0",
     })
+    login: dict[str, str] = field(default_factory=lambda: {"user": "", "password": ""})
+    login_focus: str = ""
+    """The login field with the focus ("user", "password" or "")."""
+    signed_in: str = ""
+    getevent_access: str = "ok"
+    """"ok", "denied" (the shell user may not read /dev/input) or "missing" (no getevent command)."""
+    pty_service: bool = True
+    """Whether ``shell,pty:`` is offered (adbd of Android 7+)."""
+    captures: int = 0
+    dumps: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
+    finger: FakeInput = field(init=False, repr=False)
+    """The input devices and the person's finger (``tests/support/fake_getevent.py``)."""
+
+    def __post_init__(self) -> None:
+        self.finger = FakeInput(self)
 
     # -- geometry -----------------------------------------------------------------------------
     @property
@@ -190,6 +218,15 @@ class FakePhone:
             ]
         if self.screen == "browser":
             return [Node("urlbar", box(0.02, 0.05, 0.98, 0.1), self.url, cls="android.widget.EditText")]
+        if self.screen == "login":
+            return [
+                Node("user", box(0.05, 0.15, 0.95, 0.23), self.login["user"], "User name", "android.widget.EditText",
+                     color=(255, 255, 200) if self.login_focus == "user" else (235, 235, 235)),
+                Node("password", box(0.05, 0.27, 0.95, 0.35), "•" * len(self.login["password"]), "Password",
+                     "android.widget.EditText", password=True,
+                     color=(255, 255, 200) if self.login_focus == "password" else (235, 235, 235)),
+                Node("signin", box(0.3, 0.40, 0.7, 0.48), "Sign in", color=(66, 133, 244)),
+            ]
         return []
 
     def frame(self) -> np.ndarray:
@@ -201,7 +238,8 @@ class FakePhone:
         img[:] = (250, 250, 250)
         img[: round(0.04 * h)] = (30, 30, 30)  # status bar
         scale = max(0.4, min(w, h) / 600)
-        title = {"home": "Home", "notes": "Notes", "list": "List", "settings": "Settings", "browser": "Browser"}
+        title = {"home": "Home", "notes": "Notes", "list": "List", "settings": "Settings", "browser": "Browser",
+                 "login": "Login"}
         cv2.putText(img, title.get(self.screen, self.screen), (round(0.05 * w), round(0.09 * h)),
                     cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), max(1, round(scale * 2)))
         for node in self.nodes():
@@ -211,7 +249,22 @@ class FakePhone:
             if label:
                 cv2.putText(img, label, (x1 + 10, (y1 + y2) // 2 + 10), cv2.FONT_HERSHEY_SIMPLEX, scale * 0.8,
                             (0, 0, 0), max(1, round(scale * 1.5)))
+        if self.keyboard_shown:
+            img[round((1 - KEYBOARD_FRACTION) * h):] = (60, 60, 60)
         return img
+
+    @property
+    def keyboard_shown(self) -> bool:
+        """The soft keyboard is up while a text field has the focus."""
+        return (self.screen == "notes" and self.focused) or (self.screen == "login" and bool(self.login_focus))
+
+    def type_char(self, c: str) -> None:
+        """A character from the soft keyboard into the focused field."""
+        if self.screen == "notes" and self.focused:
+            self.text += c
+        elif self.screen == "login" and self.login_focus:
+            self.login[self.login_focus] += c
+        self.events.append({"kind": "keyboard", "char": c, "typed": self.keyboard_shown})
 
     def hit(self, x: float, y: float) -> Node | None:
         for node in self.nodes():
@@ -225,6 +278,7 @@ class FakePhone:
             self.back_stack.append(self.screen)
             self.screen = screen
         self.focused = False
+        self.login_focus = ""
 
     def tap(self, x: float, y: float) -> None:
         node = self.hit(x, y)
@@ -241,6 +295,10 @@ class FakePhone:
             self.selected = node.id
         elif node.id == "save":
             self.save_note()
+        elif node.id in ("user", "password"):
+            self.login_focus = node.id
+        elif node.id == "signin":
+            self.signed_in, self.login_focus = self.login["user"], ""
         elif node.id in ("wifi", "bluetooth"):
             key = f"global/{node.id}_on"
             self.settings[key] = "0" if self.settings.get(key) == "1" else "1"
@@ -287,8 +345,8 @@ class FakePhone:
         name = KEYCODES.get(code, code.removeprefix("KEYCODE_"))
         self.events.append({"kind": "key", "key": name})
         if name in ("BACK", "ESCAPE"):
-            if self.focused:
-                self.focused = False
+            if self.focused or self.login_focus:
+                self.focused, self.login_focus = False, ""
             elif self.back_stack:
                 self.screen = self.back_stack.pop()
         elif name == "HOME":
@@ -317,7 +375,7 @@ class FakePhone:
                          .replace(">", "&gt;"))
         pkg = {v: k for k, v in PACKAGES.items()}.get(self.screen, "com.example.launcher")
         inner = "".join(
-            f"<node {attrs.format(i=i, text=esc(n.text), rid=pkg + ':id/' + n.id, cls=n.cls, pkg=pkg, desc=esc(n.desc), click=str(n.clickable).lower(), pw=str(n.password).lower(), foc=str(n.id == 'field' and self.focused).lower(), x1=n.box[0], y1=n.box[1], x2=n.box[2], y2=n.box[3])} />"  # noqa: E501
+            f"<node {attrs.format(i=i, text=esc(n.text), rid=pkg + ':id/' + n.id, cls=n.cls, pkg=pkg, desc=esc(n.desc), click=str(n.clickable).lower(), pw=str(n.password).lower(), foc=str((n.id == 'field' and self.focused) or n.id == self.login_focus).lower(), x1=n.box[0], y1=n.box[1], x2=n.box[2], y2=n.box[3])} />"  # noqa: E501
             for i, n in enumerate(self.nodes())
         )
         root = attrs.format(i=0, text="", rid="", cls="android.widget.FrameLayout", pkg=pkg, desc="",
@@ -364,22 +422,33 @@ class FakePhone:
         return ""
 
     def _cmd_getevent(self, args: list[str]) -> tuple[bytes, int]:
-        # `getevent -p` / `-lp`: the input devices, in the layout real phones print (one touchscreen).
-        if not any(a in ("-p", "-lp", "-pl") for a in args):
-            return b"getevent: streaming events is not simulated; use -p\n", 1
-        w, h = self.physical
-        names = "-l" in args or "-lp" in args or "-pl" in args
-        x_axis, y_axis = ("ABS_MT_POSITION_X", "ABS_MT_POSITION_Y") if names else ("0035", "0036")
-        out = (
-            "add device 1: /dev/input/event2\n"
-            '  name:     "handeye_touchscreen"\n'
-            "  events:\n"
-            f"    ABS (0003): {x_axis}  : value 0, min 0, max {w - 1}, fuzz 0, flat 0, resolution 0\n"
-            f"                {y_axis}  : value 0, min 0, max {h - 1}, fuzz 0, flat 0, resolution 0\n"
-            "  input props:\n"
-            "    INPUT_PROP_DIRECT\n"
-        )
-        return out.encode(), 0
+        # `getevent -p` / `-lp`: the input devices (tests/support/fake_getevent.py); a running getevent streams
+        # (``event_stream``) and never reaches here
+        if self.getevent_access == "missing":
+            return b"/system/bin/sh: getevent: inaccessible or not found\n", 127
+        if self.getevent_access == "denied":
+            return b"".join(b"could not open /dev/input/event%d, Permission denied\n" % i for i in range(3)), 0
+        if not any(a.startswith("-") and "p" in a for a in args):
+            return b"getevent: only -p is answered here; a running getevent streams\n", 1
+        return self.finger.listing(any(a.startswith("-") and "l" in a for a in args)).encode(), 0
+
+    def event_stream(self, command: str, pty: bool) -> tuple[bytes, queue.Queue[bytes]] | None:
+        """A running ``getevent`` (no ``-p``): (what it prints first, the queue of its event lines); None for any
+        other command. Without access it prints why and then nothing, as getevent does."""
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            return None
+        if argv[:1] != ["getevent"] or any(a.startswith("-") and "p" in a for a in argv[1:]):
+            return None
+        if self.getevent_access == "missing":
+            return None
+        with self.lock:
+            self.commands.append(command)
+        if self.getevent_access == "denied":
+            line = "".join(f"could not open /dev/input/event{i}, Permission denied\n" for i in range(3))
+            return line.encode(), queue.Queue()
+        return self.finger.subscribe(argv[1:], pty)
 
     def _cmd_getprop(self, args: list[str]) -> str:
         props = {
@@ -396,6 +465,7 @@ class FakePhone:
     def _cmd_screencap(self, args: list[str]) -> bytes | tuple[bytes, int]:
         png = "-p" in args
         frame = self.frame()
+        self.captures += 1
         rgba = np.dstack([frame, np.full(frame.shape[:2], 255, np.uint8)])
         if png:
             ok, buf = cv2.imencode(".png", cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
@@ -431,6 +501,8 @@ class FakePhone:
             return self._dumpsys_activities()
         if args[:1] == ["window"]:
             return self._dumpsys_window()
+        if args[:1] == ["input_method"]:
+            return self._dumpsys_input_method()
         if args[:1] != ["display"]:
             return ""
         pw, ph = self.physical
@@ -466,6 +538,21 @@ class FakePhone:
             f"    mResumedActivity: {record}\n"
             "  Resumed activities in task display areas (from top to bottom):\n"
             f"    ResumedActivity: {record}\n"
+        )
+
+    def _dumpsys_input_method(self) -> str:
+        # the lines of InputMethodManagerService and of the keyboard's InputMethodService dump that matter
+        shown = self.keyboard_shown
+        top = round((1 - KEYBOARD_FRACTION) * self.display_size[1])
+        return (
+            "Current Input Method Manager state:\n"
+            f"  mCurMethodId={self.current_ime}\n"
+            f"  mShowRequested={str(shown).lower()} mShowExplicitlyRequested=false mShowForced=false "
+            f"mInputShown={str(shown).lower()}\n"
+            "Input method service state:\n"
+            f"  mInputStarted={str(shown).lower()} mInputViewStarted={str(shown).lower()}\n"
+            "  Last computed insets:\n"
+            f"    contentTopInsets={top} visibleTopInsets={top} touchableInsets=0 touchableRegion=SkRegion()\n"
         )
 
     def _dumpsys_window(self) -> str:
@@ -548,6 +635,7 @@ class FakePhone:
             return b"Usage: uiautomator dump [--compressed] [file]\n", 1
         path = next((a for a in args[1:] if not a.startswith("-")), "/sdcard/window_dump.xml")
         self.files[path] = self.dump_xml()
+        self.dumps += 1
         return f"UI hierchary dumped to: {path}\n".encode(), 0
 
     def _cmd_cat(self, args: list[str]) -> tuple[bytes, int]:
@@ -836,20 +924,56 @@ class _Connection:
     def run_stream(self, local: int, remote: int, service: str) -> None:
         try:
             kind, _, command = service.partition(":")
-            if kind not in ("shell", "exec") or not command:
+            base, *options = kind.split(",")
+            offered = not options or (base == "shell" and self.phone.pty_service
+                                      and all(o in ("pty", "raw") for o in options))
+            if base not in ("shell", "exec") or not command or not offered:
                 self.send(A_CLSE, 0, remote)  # a service adbd does not offer: refused
                 return
+            pty = "pty" in options
             self.send(A_OKAY, local, remote)
+            stream = self.phone.event_stream(command, pty) if base == "shell" else None
+            if stream is not None:
+                self.pump(local, remote, *stream)
+                return
             output = self.phone.run_shell(command)
-            sem = self.acks[local]
-            for start in range(0, len(output), self.max_payload):
-                if local in self.closed:
-                    return
-                self.send(A_WRTE, local, remote, output[start : start + self.max_payload])
-                if not sem.acquire(timeout=10) or local in self.closed:
-                    return
-            self.send(A_CLSE, local, remote)
+            if pty:
+                output = output.replace(b"\n", b"\r\n")
+            if self.write(local, remote, output):
+                self.send(A_CLSE, local, remote)
         except OSError:
             pass
         finally:
             self.acks.pop(local, None)
+
+    def write(self, local: int, remote: int, output: bytes) -> bool:
+        """Send output on a stream, one WRTE in flight; False when the host closed the stream meanwhile."""
+        sem = self.acks[local]
+        for start in range(0, len(output), self.max_payload):
+            if local in self.closed:
+                return False
+            self.send(A_WRTE, local, remote, output[start : start + self.max_payload])
+            if not sem.acquire(timeout=10) or local in self.closed:
+                return False
+        return True
+
+    def pump(self, local: int, remote: int, header: bytes, lines: queue.Queue[bytes]) -> None:
+        """A command that keeps running (getevent): its header, then its lines as they come, until the host closes
+        the stream."""
+        try:
+            if header and not self.write(local, remote, header):
+                return
+            while local not in self.closed:
+                try:
+                    data = lines.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                while True:  # what came meanwhile goes in the same write
+                    try:
+                        data += lines.get_nowait()
+                    except queue.Empty:
+                        break
+                if not self.write(local, remote, data):
+                    return
+        finally:
+            self.phone.finger.unsubscribe(lines)
