@@ -144,11 +144,12 @@ class OnlineSession:
         from envs.registry import spec
 
         try:
-            suite = spec(online.env).suite
+            env_spec = spec(online.env)
         except KeyError as exc:
             raise OnlineError(str(exc)) from None
-        if DEVICE_KINDS.get(suite) != online.device_kind:
-            raise OnlineError(f"{online.env} runs on a {DEVICE_KINDS.get(suite, 'unknown')} device, not "
+        runs_on = env_spec.device_kind or DEVICE_KINDS.get(env_spec.suite)  # derived tasks say theirs
+        if runs_on != online.device_kind:
+            raise OnlineError(f"{online.env} runs on a {runs_on or 'unknown'} device, not "
                               f"--device-kind {online.device_kind}" + (
                                   "; no registered environment runs on the desktop yet"
                                   if online.device_kind == "desktop" else ""))

@@ -134,3 +134,36 @@ def test_review_keeps_edits_and_drops(tmp_path, monkeypatch):
 
     path = _task(tmp_path)
     assert review(Console(), path, ask=lambda prompt: "n") is None and not path.exists()
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_derived_web_task_runs_in_an_online_session_with_episode_groups(tmp_path, monkeypatch):
+    """The session's actors reset the task to its start page, play it with the tiny model and report episodes."""
+    from agent.online import OnlineConfig, OnlineSession
+    from envs.derived import register_tasks
+    from tests.agent.test_online import config, until
+
+    tasks = tmp_path / "tasks"
+    (tasks / "site").mkdir(parents=True)
+    (tasks / "site" / "join.html").write_text(PAGE, encoding="utf-8")
+    (tasks / "join.json").write_text(json.dumps({
+        "format": "handeye-task/1", "name": "join", "instruction": "Join the newsletter", "device": "web",
+        "start": {"page": "site/join.html", "viewport": [640, 360]}, "max_steps": 2,
+        "conditions": [{"kind": "text_visible", "text": "Welcome aboard!"}]}))
+    register_tasks(tasks)
+    try:
+        session = OnlineSession(config(tmp_path / "run", "train.steps=100"),
+                                OnlineConfig(env="tasks/join", devices=1, group_level="episode",
+                                             progress_every_s=1000.0))
+
+        async def scenario():
+            running = asyncio.create_task(session.run())
+            await until(lambda: session.actors and session.actors[0].episodes >= 3, timeout=240)
+            session.request_stop("test")
+            return await running
+
+        asyncio.run(scenario())
+    finally:
+        register_tasks(tmp_path / "nowhere")
+    episodes = [e for e in iter_episodes(next(p for p in (tmp_path / "run").rglob("run.json")).parent)]
+    assert len(episodes) >= 3 and all(e.record.env["name"] == "tasks/join" for e in episodes)
