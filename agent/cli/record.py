@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
 from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg, make_console,
@@ -112,14 +113,11 @@ def android_recorder(cfg: Any, serial: str) -> Any:
     """The phone's recorder (its getevent stream and UI dumps); the terminal's Ctrl-C ends the recording."""
     from dataclasses import replace
 
-    from agent.errors import ConfigError
+    from devices.android import AndroidDevice
+    from devices.android.recorder import AndroidRecorder
 
-    try:
-        from devices.android.recorder import AndroidRecorder
-    except ImportError as e:  # the Android recorder is not part of this install
-        raise ConfigError(f"recording on Android needs the Android recorder: {e}") from None
     config = replace(cfg.android, serial=serial) if serial else cfg.android
-    return AndroidRecorder(config)
+    return AndroidRecorder(AndroidDevice(config, cfg.settle))
 
 
 def _stop_key(recorder: Any) -> str:
@@ -149,18 +147,24 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
     env = RecordingEnv(recorder, task)
     redact_logs(secrets)
     stopped_by: list[int] = []
+    enter = sys.stdin.isatty() and hasattr(recorder, "request_stop")
     console.print(f"[bold]recording[/] {plain(secrets.redact(task))}: do the task; end with "
-                  f"{plain(_stop_key(recorder))}, by "
-                  "closing the browser, or with Ctrl-C")
+                  f"{plain(_stop_key(recorder))}{', Enter here' if enter else ''}, by closing the browser, or with "
+                  "Ctrl-C (which keeps the steps, marked interrupted)")
 
     async def main() -> None:
         stop = stop_on_signals(stopped_by.append)
+        if enter:  # Enter in the terminal ends the recording as the stop key does (a phone has no stop key)
+            loop = asyncio.get_running_loop()
+            loop.add_reader(sys.stdin.fileno(), lambda: (sys.stdin.readline(), recorder.request_stop()))
         try:
             result = await record_demonstration(env, writer, secrets=secrets,
                                                 on_step=lambda s: print_step(console, s), stop=stop)
             if maker is not None and not stopped_by and result.record.outcome is Outcome.CLAIMED:
                 await maker.read_final(recorder, writer.path)  # before the recorder closes
         finally:
+            if enter:
+                asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
             await asyncio.shield(env.close())
 
     try:
