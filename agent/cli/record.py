@@ -173,7 +173,9 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
         pass
     record_ = writer.record
     print_summary(console, record_, writer.path)
-    if maker is not None and not stopped_by and not maker.finish(console, recorder, writer.path, cfg.web):
+    if maker is not None and stopped_by:
+        console.print("no task made: the recording was interrupted; end it with the stop key to make a task")
+    elif maker is not None and not maker.finish(console, recorder, writer.path, cfg.web):
         return EXIT_EPISODE_FAILED
     if stopped_by:
         from agent.signals import exit_code

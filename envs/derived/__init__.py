@@ -50,7 +50,7 @@ def register_tasks(folder: str | Path | None = None) -> list[str]:
         try:
             spec = load_task(path)
         except TaskFileError as e:
-            log.warning("%s", e)
+            log.info("%s", e)  # listed with its error; making it raises the error
             register(name, _ENTRY, SUITE, f"cannot be loaded: {e}", path=str(path.resolve()), env_name=name)
         else:
             register(name, _ENTRY, SUITE, f"{spec.device.value}: {spec.instruction}", max_steps=spec.max_steps,

@@ -167,3 +167,69 @@ def test_a_derived_web_task_runs_in_an_online_session_with_episode_groups(tmp_pa
         register_tasks(tmp_path / "nowhere")
     episodes = [e for e in iter_episodes(next(p for p in (tmp_path / "run").rglob("run.json")).parent)]
     assert len(episodes) >= 3 and all(e.record.env["name"] == "tasks/join" for e in episodes)
+
+
+def test_a_task_recorded_on_the_built_in_page_carries_its_page(tmp_path, monkeypatch, capsys):
+    """Without --url the recording starts on the built-in demo page, served only while `agent record` runs: the page
+    is copied next to the task, which starts from it."""
+    made = record_command.make_recorder
+
+    async def subscribe(page) -> None:
+        box = await page.locator("#subscribe").bounding_box()
+        await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        await asyncio.sleep(0.6)
+        await page.keyboard.press("Control+Alt+s")
+
+    def make_recorder(cfg, kind, serial, args):
+        recorder, site = made(cfg, kind, serial, args)
+        start = recorder.start
+
+        async def start_and_play():
+            await start()
+            asyncio.ensure_future(subscribe(recorder.device.page))
+
+        recorder.start = start_and_play
+        return recorder, site
+
+    monkeypatch.setattr(record_command, "make_recorder", make_recorder)
+    monkeypatch.setenv("HANDEYE_TASKS_DIR", str(tmp_path / "tasks"))
+    code = agent_main(["record", "Click Subscribe", "--headless", "--make-task", "subscribe", "--runs-dir",
+                       str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "HANDEYE_TASKS_DIR" not in out  # the default folder: `agent eval --suite tasks` finds it as is
+    spec = load_task(tmp_path / "tasks" / "subscribe.json")
+    assert spec.start.page == "demo.html" and not spec.start.url and (tmp_path / "tasks" / "demo.html").is_file()
+    assert TextVisibleCondition("Subscribed, thank you!") in spec.conditions
+
+
+def test_no_task_when_the_recording_is_interrupted(tmp_path, site, pages_dir, monkeypatch, capsys):
+    """Ctrl-C (here SIGINT) keeps the demonstration, marked interrupted, and derives nothing from it."""
+    import signal
+
+    (pages_dir / "join.html").write_text(PAGE, encoding="utf-8")
+    made = record_command.make_recorder
+
+    async def interrupt(page) -> None:
+        box = await page.locator("#join").bounding_box()
+        await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        await asyncio.sleep(0.6)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def make_recorder(cfg, kind, serial, args):
+        recorder, site_ = made(cfg, kind, serial, args)
+        start = recorder.start
+
+        async def start_and_play():
+            await start()
+            asyncio.ensure_future(interrupt(recorder.device.page))
+
+        recorder.start = start_and_play
+        return recorder, site_
+
+    monkeypatch.setattr(record_command, "make_recorder", make_recorder)
+    code = agent_main(["record", "Join", "--url", site.url("join.html"), "--headless", "--make-task", "join",
+                       "--tasks-dir", str(tmp_path / "tasks"), "--runs-dir", str(tmp_path / "runs")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 128 + signal.SIGINT, out
+    assert not (tmp_path / "tasks" / "join.json").exists() and "no task made: the recording was interrupted" in out
