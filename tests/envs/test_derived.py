@@ -29,7 +29,6 @@ from envs.records import Actor, Outcome
 from envs.recording import RecordingEnv
 from envs.registry import all_specs, make
 from envs.trajectory import RunWriter, read_episode
-from tests.devices.test_desktop import xvfb  # noqa: F401 - the private X display fixture
 from tests.envs.test_android_tasks import adb_port  # noqa: F401 - the private adb server fixture
 
 W, H = 800, 600
@@ -588,33 +587,60 @@ root.after(200, root.focus_force)
 root.mainloop()
 """
 
+DESKTOP_SCENARIO = """
+import asyncio, json
+from devices.actions import Action, ActionKind, Point
+from envs.registry import make
 
-def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_path, xvfb):
+async def main():
+    env = make("tasks/save")
+    try:
+        await env.reset()
+        first = await env.check()
+        clicked = await env.step(Action(ActionKind.CLICK, point=Point(100 / 640, 70 / 480)))
+        await env.reset()  # the app starts again, unsaved
+        again = await env.check()
+    finally:
+        await env.close()
+    print(json.dumps({"first": [first.success, first.details], "clicked": list(clicked[1:4]) + [clicked[4]["success"]],
+                      "again": again.success}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_path):
+    """On a private Xvfb, in a process of its own (pyautogui binds a process to one display)."""
+    import os
+    import subprocess
     import sys
+    import time
 
-    from tests.devices.test_desktop import SH, SW
+    from tests.conftest import REPO
+    from tests.devices.test_desktop import _free_display, _need
 
     task = {"format": "handeye-task/1", "name": "save", "instruction": "Save the document", "device": "desktop",
             "start": {"command": [sys.executable, "-c", EDITOR_APP], "wait_s": 1.5},
             "conditions": [{"kind": "window_title", "value": "Editor - saved", "match": "equals"}]}
-    register_tasks(_write(tmp_path / "tasks", "save", task).parent)
-
-    async def scenario() -> list[Any]:
-        env = make("tasks/save")
-        try:
-            await env.reset()
-            seen = [await env.check()]
-            seen.append((await env.step(Action(ActionKind.CLICK, point=Point(100 / SW, 70 / SH))))[1:])
-            await env.reset()  # the app starts again, unsaved
-            seen.append(await env.check())
-            return seen
-        finally:
-            await env.close()
-
+    folder = _write(tmp_path / "tasks", "save", task).parent
+    number = _free_display()
+    xvfb = subprocess.Popen([_need("Xvfb"), f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        first, clicked, again = asyncio.run(scenario())
+        env = {**os.environ, "DISPLAY": f":{number}", "HANDEYE_TASKS_DIR": str(folder),
+               "XAUTHORITY": str(tmp_path / "xauth")}
+        (tmp_path / "xauth").touch()
+        deadline = time.monotonic() + 10
+        while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
+            assert xvfb.poll() is None and time.monotonic() < deadline, f"Xvfb :{number} did not start"
+            time.sleep(0.02)
+        proc = subprocess.run([sys.executable, "-c", DESKTOP_SCENARIO], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120)
     finally:
-        register_tasks(tmp_path / "nowhere")
-    assert not first.success and first.details["conditions"][0]["actual"] == "Editor"
-    assert clicked[:3] == (1.0, True, False) and clicked[3]["success"]
-    assert not again.success
+        xvfb.terminate()
+        xvfb.wait(10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["first"][0] is False and out["first"][1]["conditions"][0]["actual"] == "Editor"
+    assert out["clicked"] == [1.0, True, False, True]
+    assert out["again"] is False
