@@ -31,7 +31,9 @@ def add_parser(sub: Any) -> None:
     ev = sub.add_parser(NAME, help="success rates on environments whose rewards are checked by code", description=(
         "Run episodes of a suite's environments (or a grounding dataset), K at once, write their trajectories, "
         "print a success table with 95% confidence intervals and write report.html."))
-    ev.add_argument("--suite", required=True, help="generated, miniwob, android, or screenspot (with --data)")
+    ev.add_argument("--suite", required=True,
+                    help="generated, miniwob, android, tasks (derived from demonstrations), or screenspot "
+                         "(with --data)")
     ev.add_argument("--tasks", nargs="+", help="environment names or their short names (default: the whole suite)")
     ev.add_argument("--episodes", type=positive_int, default=10, help="episodes per environment (seeds 0..N-1)")
     ev.add_argument("--policy", type=eval_policy_arg, default=("ocr", ""), metavar="POLICY",

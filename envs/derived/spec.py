@@ -36,7 +36,8 @@ MAX_CONDITIONS = 64
 MAX_TEXT = 4000
 """The longest string field (an instruction, a selector, an expected text)."""
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-"""Task names: lowercase letters, digits, ``-`` and ``_``; the file is ``NAME.json`` and the environment ``tasks/NAME``."""
+"""Task names: lowercase letters, digits, ``-`` and ``_``; the file is ``NAME.json``, the environment
+``tasks/NAME``."""
 URL_SCHEMES = ("http", "https", "file")
 
 

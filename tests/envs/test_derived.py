@@ -39,7 +39,8 @@ PAGES = {
     "form.html": HEAD.format(title="Sign up") + """<h1 style="margin:8px 40px">Sign up</h1>
 <input id="name" aria-label="Name" style="position:absolute;left:40px;top:80px;width:240px;height:30px">
 <input id="email" aria-label="Email" style="position:absolute;left:40px;top:130px;width:240px;height:30px">
-<input id="pw" type="password" aria-label="Password" style="position:absolute;left:40px;top:180px;width:240px;height:30px">
+<input id="pw" type="password" aria-label="Password"
+  style="position:absolute;left:40px;top:180px;width:240px;height:30px">
 <button id="send" style="position:absolute;left:40px;top:230px;width:120px;height:36px">Send</button>
 </body></html>""",
     "check.html": HEAD.format(title="Settings") + """
@@ -61,7 +62,8 @@ PAGES = {
 <div id="msg" style="position:absolute;left:40px;top:140px"></div>
 </body></html>""",
     "frames.html": HEAD.format(title="Widgets") + """
-<iframe id="frame" src="inner.html" style="position:absolute;left:40px;top:40px;width:400px;height:160px;border:4px solid #888"></iframe>
+<iframe id="frame" src="inner.html"
+  style="position:absolute;left:40px;top:40px;width:400px;height:160px;border:4px solid #888"></iframe>
 <toggle-widget id="widget" style="position:absolute;left:40px;top:260px"></toggle-widget>
 <script>
 customElements.define('toggle-widget', class extends HTMLElement {
@@ -558,7 +560,8 @@ def test_a_desktop_task_is_derived_from_the_title_and_the_text_near_the_last_tar
     events = [DemoEvent(Action(ActionKind.TYPE, text="hello"), 1.0, frame, target=ElementInfo("", None, "window"),
                         info={"window": window}),
               DemoEvent(Action(ActionKind.CLICK, point=Point(0.5, 0.1)), 2.0, frame,
-                        target=ElementInfo("Save", Box(0.45, 0.05, 0.55, 0.15), "push button"), info={"window": window})]
+                        target=ElementInfo("Save", Box(0.45, 0.05, 0.55, 0.15), "push button"),
+                        info={"window": window})]
     writer = RunWriter(tmp_path / "runs", config={}).episode(task="Save the note", actor=Actor.HUMAN)
     asyncio.run(record_demonstration(RecordingEnv(ListRecorder(events), "Save the note"), writer))
     start = {"window_title": "notes.txt - Editor", "ocr": [{"text": "Unsaved", "box": [0.4, 0.2, 0.6, 0.25]}]}
