@@ -1,15 +1,17 @@
 """``agent record --make-task NAME``: a demonstration becomes a task that ``agent eval --suite tasks`` runs.
 
     maker = TaskMaker("subscribe", tasks_dir(), kind="web")     # refuses a bad or taken name before recording
+    maker.watch(recorder)                                        # phone, desktop: the start state once it starts
     ...record the demonstration...
     await maker.read_final(recorder, writer.path)                # after the stop key, before the recorder closes
     ...close the recorder...
-    code = maker.finish(console, writer.path, web_config)        # start state, derive, review, write
+    ok = maker.finish(console, recorder, writer.path, web_config)  # start state, derive, review, write
 
 The final state is read through the recorder (the web: its active page; Android: its phone; the desktop: its
 display, with OCR). The start state of the web is read again from a fresh browser opened on the start page as the
 environment will open it, so the element states the person changed are known before and after; the phone and the
-desktop cannot be put back, so their recorders' ``start_state`` (read when the recording began) serves. The task is
+desktop cannot be put back, so their start state is read as soon as the recorder has started (``watch``; a
+recorder's own ``start_state`` is used when it has one). The task is
 derived (``envs.derived.derive_task``), written, shown, and with a terminal the person keeps it, drops it or edits it
 in $VISUAL / $EDITOR (the file is read again strictly after each edit).
 """
@@ -76,6 +78,34 @@ class TaskMaker:
         self.problem = ""
         self.start_url = ""
 
+    def watch(self, recorder: Any) -> None:
+        """Read the start state as soon as ``recorder`` has started, where the device cannot be put back later (a
+        phone, a desktop) and the recorder does not read one itself (``start_state``). The web's is read again
+        after the recording, from a fresh page."""
+        if self.kind == "web":
+            return
+        start = recorder.start
+
+        async def start_then_read() -> None:
+            await start()
+            if getattr(recorder, "start_state", None):
+                return
+            try:
+                recorder.start_state = await self.read_state(recorder)
+            except (DeviceError, EnvError) as e:
+                log.warning("could not read the start state (%s); the derived conditions may hold at the start", e)
+
+        recorder.start = start_then_read
+
+    async def read_state(self, recorder: Any) -> dict[str, Any]:
+        """The device's state now, through a recorder of ``self.kind`` (Android: its phone; desktop: its display
+        and OCR)."""
+        if self.kind == "android":
+            return await read_android_state(recorder.device)
+        if self.text_reader is None:
+            self.text_reader = OcrTextReader()
+        return await read_desktop_state(recorder, self.text_reader)
+
     async def read_final(self, recorder: Any, episode_path: str | Path) -> None:
         """Read the final state through ``recorder`` (still open); a failure is kept for ``finish`` to report."""
         try:
@@ -83,12 +113,8 @@ class TaskMaker:
                 self.start_url = recorder.url
                 page = recorder.active or recorder.device.page
                 self.final = await read_web_state(page, wanted_for_derive(read_episode(episode_path).steps))
-            elif self.kind == "android":
-                self.final = await read_android_state(recorder.device)
             else:
-                if self.text_reader is None:
-                    self.text_reader = OcrTextReader()
-                self.final = await read_desktop_state(recorder, self.text_reader)
+                self.final = await self.read_state(recorder)
         except (DeviceError, EnvError) as e:
             self.problem = (f"could not read the final state from the device ({e}); end the demonstration with the "
                             "stop key while the page or app is still open")

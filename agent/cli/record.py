@@ -70,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
         return print_error(str(e))
     if maker is not None:
         maker.builtin_page = site is not None
+        maker.watch(recorder)
     try:
         return record(cfg, recorder, args.task, secrets, maker=maker)
     finally:

@@ -418,17 +418,14 @@ def test_every_condition_kind_round_trips(tmp_path):
 # -- Android, on the protocol-level test phone ---------------------------------------------------------------------
 class ScriptedPhoneRecorder:
     """Stands in for the person and devices/android/recorder.py: does each scripted action on the phone and reports
-    it as that recorder does (the pre-action frame, the target element from the UI hierarchy, ``info["package"]``);
-    ``start_state`` is read when the recording starts, as the Android recorder's is."""
+    it as that recorder does (the pre-action frame, the target element from the UI hierarchy, ``info["package"]``).
+    Like that recorder it reads no start state of its own: ``agent record --make-task`` does (``TaskMaker.watch``)."""
 
     def __init__(self, device: Any, actions: list[Action]) -> None:
         self.device, self.actions = device, list(actions)
-        self.start_state: dict[str, Any] = {}
 
     async def start(self) -> None:
-        from envs.derived import read_android_state
-
-        self.start_state = await read_android_state(self.device)
+        pass
 
     async def next_event(self) -> Any:
         from devices.recording import DemoEvent
@@ -457,6 +454,11 @@ class ScriptedPhoneRecorder:
         return {"kind": "android"}
 
 
+class Quiet:
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 NOTE = [Action(ActionKind.CLICK, point=Point(0.5, 0.2)),  # the Notes button on the home screen
         Action(ActionKind.CLICK, point=Point(0.5, 0.19)),  # its text field
         Action(ActionKind.TYPE, text="buy milk")]
@@ -464,8 +466,8 @@ NOTE = [Action(ActionKind.CLICK, point=Point(0.5, 0.2)),  # the Notes button on 
 
 def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_is_replayed(adb_port, tmp_path,
                                                                                            tasks):
+    from agent.derived_tasks import TaskMaker
     from devices.android import AndroidConfig, AndroidDevice
-    from envs.derived import read_android_state
     from envs.derived.spec import ActivityCondition, AndroidStart, HierarchyTextCondition
     from tests.devices.test_android import _connect, _disconnect
     from tests.support.fake_adbd import FakeAdbd, FakePhone
@@ -473,23 +475,25 @@ def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_i
     phone = FakePhone(physical=(360, 800))
     phone.text = "left-over draft"  # the notes app's unsaved draft: the start recipe must drop it
 
-    async def scenario(serial: str) -> dict[str, Any]:
+    async def record(serial: str, maker: TaskMaker) -> tuple[Any, Path]:
+        """The demonstration, as `agent record --device android --make-task note` runs it."""
         device = AndroidDevice(AndroidConfig(serial=serial, adb_port=adb_port))
         await device.start()
         try:
             await device.shell("am force-stop com.example.notes", "drop the draft")
             recorder = ScriptedPhoneRecorder(device, NOTE)
+            maker.watch(recorder)
             writer = RunWriter(tmp_path / "runs", config={}).episode(task="Write 'buy milk' in Notes",
                                                                       actor=Actor.HUMAN)
             env = RecordingEnv(recorder, "Write 'buy milk' in Notes")
             await record_demonstration(env, writer)
-            final = await read_android_state(device)
-            spec = derive_task(read_episode(writer.path), recorder.start_state, final, "note")
-            write_task(spec, tasks)
+            await maker.read_final(recorder, writer.path)
         finally:
             await device.close()
-        register_tasks(tasks)
-        out: dict[str, Any] = {"spec": spec}
+        return recorder, writer.path
+
+    async def judge(serial: str, episode_path: Path) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         task_env = make("tasks/note", serial=serial, adb_port=adb_port)
         try:
             phone.text = "buy milk"  # what a previous episode left behind
@@ -497,7 +501,7 @@ def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_i
             out["start"] = await task_env.check()
             out["finish_at_start"] = (await task_env.step(Action(ActionKind.FINISH)))[1:3]
             await task_env.reset(seed=1)
-            for action in [Action.from_dict(s.action) for s in read_episode(writer.path).steps][:-1]:
+            for action in [Action.from_dict(s.action) for s in read_episode(episode_path).steps][:-1]:
                 _, reward, terminated, _, info = await task_env.step(action)
             out["replay"] = (reward, terminated, info.get("success"))
         finally:
@@ -508,7 +512,13 @@ def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_i
     with FakeAdbd(phone) as adbd:
         _connect(adb_port, adbd)
         try:
-            out = asyncio.run(scenario(adbd.address))
+            maker = TaskMaker("note", tasks, kind="android")
+            recorder, episode_path = asyncio.run(record(adbd.address, maker))
+            assert recorder.start_state["activity"] == "com.example.launcher/.MainActivity"
+            assert maker.finish(Quiet(), recorder, episode_path, None, ask=lambda prompt: "y")
+            register_tasks(tasks)
+            out = asyncio.run(judge(adbd.address, episode_path))
+            out["spec"] = load_task(tasks / "note.json")
         finally:
             _disconnect(adb_port, adbd)
     spec = out["spec"]
