@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 
 from devices.actions import Action, ActionKind
 from devices.base import Observation
+from devices.errors import DeviceDisconnected, DeviceError
 from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
 from envs.derived.checkers import check, verdict
 from envs.derived.spec import (AndroidStart, DesktopStart, DeviceKind, OcrTextCondition, TaskSpec, WebStart,
@@ -39,6 +40,9 @@ from envs.errors import EnvError
 from envs.tasks import TaskVerdict
 
 log = logging.getLogger(__name__)
+
+SETTLE_ATTEMPTS = 3
+"""Tries at letting the start page settle (a capture right after a navigation can fail once)."""
 
 
 class DerivedTaskEnv(OwnsDevice):
@@ -215,7 +219,19 @@ async def open_fresh(device: Any, url: str, viewport: tuple[int, int] | None = N
     await context.clear_cookies()
     await clear_origin_storage(context, page, url)
     await device.goto(url)
-    await device.settle()
+    for attempt in range(SETTLE_ATTEMPTS):
+        try:
+            await device.settle()
+            return
+        except DeviceDisconnected:
+            raise
+        except DeviceError as e:
+            # Chromium sometimes refuses a capture just after a navigation ("Unable to capture screenshot") while
+            # the new document's first frame is not composited yet; a moment later it works.
+            if attempt == SETTLE_ATTEMPTS - 1:
+                raise
+            log.debug("settling after opening %s: %s; trying again", url, e)
+            await asyncio.sleep(0.2 * (attempt + 1))
 
 
 async def clear_origin_storage(context: Any, page: Any, url: str) -> None:
