@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -305,8 +306,11 @@ def new_run_dir(kind: str, root: str | Path = "runs") -> str:
 
 
 def latest_run_dir(kind: str, root: str | Path = "runs") -> Path | None:
-    """The newest ``root/<kind>-*`` folder (what ``agent train --resume`` continues when no folder is named)."""
-    found = sorted(p for p in Path(root).glob(f"{kind}-*") if p.is_dir()) if Path(root).is_dir() else []
+    """The newest ``root/<kind>-<time>`` folder that ``new_run_dir`` named (what ``agent train --resume`` continues
+    when no folder is named); folders named by hand (``--run-dir runs/train-big``) are not guessed at."""
+    named = re.compile(rf"{re.escape(kind)}-\d{{8}}-\d{{6}}-[0-9a-f]{{4}}")
+    found = sorted(p for p in Path(root).glob(f"{kind}-*") if p.is_dir() and named.fullmatch(p.name)) \
+        if Path(root).is_dir() else []
     return found[-1] if found else None
 
 
