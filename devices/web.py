@@ -27,9 +27,7 @@ import asyncio
 import base64
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
@@ -48,12 +46,12 @@ from devices.errors import (
 from devices.frames import decode, small_gray
 from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
+from devices.web_config import URL_SCHEMES, WebConfig, check_url  # noqa: F401 - imported from here by callers
 from devices.web_scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
                                   VIEW_JS)
 
 log = logging.getLogger(__name__)
 
-URL_SCHEMES = ("http", "https", "file", "about", "data")
 
 WEB_ACTIONS = frozenset(
     {
@@ -89,56 +87,14 @@ _NAVIGATION_RACE_MARKERS = (
     "frame was detached",
 )
 _NAVIGATION_RETRIES = 5
+_CAPTURE_RETRIES = 6
+_CAPTURE_TRY_S = 5.0
+#: lower-case pieces of CDP messages that mean the session lost its document to a navigation
+_DETACHED_MARKERS = ("not attached to an active page", "session closed", "target closed", "no target with given id",
+                     "unable to capture screenshot", "cannot find context")
 #: how far inside the viewport's far edge a point at x or y = 1 is sent (input) or looked up (DOM)
 _INPUT_EDGE_PX = 1 / 32
 _LOOKUP_EDGE_PX = 0.5 + 1 / 64
-
-@dataclass(frozen=True, slots=True)
-class WebConfig:
-    browser_path: str = ""
-    """Chromium/Chrome executable; empty = Playwright's browser if installed, else the system's."""
-    headless: bool = True
-    """Run the browser without a window."""
-    viewport_width: int = 1280
-    """Viewport width in CSS pixels."""
-    viewport_height: int = 720
-    """Viewport height in CSS pixels."""
-    device_scale_factor: float = 1.0
-    """Device pixel ratio of the emulated screen (2 for a HiDPI laptop or a phone)."""
-    frame_scale: str = "device"
-    """Frame resolution: "device" (CSS size x device pixel ratio) or "css" (CSS size)."""
-    locale: str = "en-US"
-    """Browser locale (Accept-Language, navigator.language)."""
-    navigation_timeout_s: float = 20.0
-    """Seconds to wait for a page to load before the URL counts as unreachable."""
-    action_timeout_s: float = 10.0
-    """Seconds any single browser call may take before the device counts as hung."""
-    extra_args: tuple[str, ...] = ()
-    """Extra Chromium command-line flags."""
-
-    def __post_init__(self) -> None:
-        if not (100 <= self.viewport_width <= 8192 and 100 <= self.viewport_height <= 8192):
-            raise ValueError(
-                f"web viewport {self.viewport_width}x{self.viewport_height} is out of range; use 100..8192 CSS pixels"
-            )
-        if not 0.5 <= self.device_scale_factor <= 4:
-            raise ValueError(f"web.device_scale_factor={self.device_scale_factor} must be between 0.5 and 4")
-        if self.frame_scale not in ("device", "css"):
-            raise ValueError(f"web.frame_scale={self.frame_scale!r} must be 'device' or 'css'")
-        if self.navigation_timeout_s <= 0 or self.action_timeout_s <= 0:
-            raise ValueError("web timeouts must be positive seconds")
-
-
-def check_url(url: str) -> str:
-    """The URL if a browser can open it, else NavigationError saying what is wrong."""
-    scheme = urlparse(url).scheme.lower()
-    if scheme not in URL_SCHEMES:
-        raise NavigationError(
-            f"cannot open {url!r}: the URL needs one of the schemes {', '.join(URL_SCHEMES)} "
-            "(for example https://example.com)"
-        )
-    return url
-
 
 class PlaywrightDevice(AsyncContextDevice):
     """A Chromium page. Use as ``async with PlaywrightDevice(cfg, url=...) as dev:``."""
@@ -366,9 +322,34 @@ class PlaywrightDevice(AsyncContextDevice):
         self._emulated = metrics
 
     async def _capture(self, params: dict[str, Any]) -> bytes:
-        await self._sync_emulation()
-        reply = await self._call("take a screenshot", self._cdp.send("Page.captureScreenshot", params))
-        return base64.b64decode(reply["data"])
+        """A CDP screenshot. A navigation (a link clicked just before) can leave the CDP session attached to the
+        document it replaced ("Not attached to an active page"): the session is then made again and the capture
+        retried, each try bounded, so a capture never hangs on a page in transit."""
+        for attempt in range(_CAPTURE_RETRIES + 1):
+            try:
+                await self._sync_emulation()
+                send = self._cdp.send("Page.captureScreenshot", params)
+                reply = await self._call("take a screenshot", asyncio.wait_for(send, _CAPTURE_TRY_S))
+                return base64.b64decode(reply["data"])
+            except (DeviceDisconnected, DeviceTimeout):
+                if attempt == _CAPTURE_RETRIES or self._disconnected:
+                    raise
+            except DeviceError as e:
+                if attempt == _CAPTURE_RETRIES or not any(m in str(e).lower() for m in _DETACHED_MARKERS):
+                    raise
+            await asyncio.sleep(0.05 * (attempt + 1))
+            await self._reattach()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _reattach(self) -> None:
+        """A new CDP session on the page (the old one may belong to a document a navigation replaced)."""
+        try:
+            old, self._cdp = self._cdp, await self._call("attach to the page", self.context.new_cdp_session(self.page))
+            self._emulated = None  # the new session has no emulation yet
+            if old is not None:
+                asyncio.ensure_future(_quietly(old.detach()))
+        except DeviceError as e:
+            log.debug("re-attaching to the page failed (will retry): %s", e)
 
     async def observe(self) -> Observation:
         view = await self._read_view()
@@ -554,6 +535,13 @@ class PlaywrightDevice(AsyncContextDevice):
 
     def _unclipped_frames(self) -> bool:
         return self.config.frame_scale == "device" or abs(self.config.device_scale_factor - 1) < 1e-6
+
+
+async def _quietly(coro: Any) -> None:
+    try:
+        await coro
+    except Exception:  # detaching a session whose document is gone may fail; nothing depends on it
+        pass
 
 
 def _playwright_browser(pw: Any) -> str | None:

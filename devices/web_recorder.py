@@ -207,10 +207,17 @@ class WebRecorder:
 
     # -- state, for derived tasks -----------------------------------------------------------------------------------
     async def observe(self) -> Observation:
+        """The screen now; when the person closed the page (or the browser), the last frame it showed."""
         page = self.active or self.device.page
-        await self._capture_now(page)
-        _, data = self._frames[page][-1]
-        return Observation(frame=decode(data), meta={"url": page.url}, encoded=data, encoding="png")
+        try:
+            await self._capture_now(page)
+        except Exception as e:  # the page or the browser is gone: what it showed last is the final screen
+            log.info("the page is gone (%s); the final screen is its last frame", type(e).__name__)
+        pages = [p for p in (page, *reversed(self._pages)) if self._frames.get(p)]
+        if not pages:
+            raise DeviceError("the browser closed before it showed anything to record")
+        _, data = self._frames[pages[0]][-1]
+        return Observation(frame=decode(data), meta={"url": pages[0].url}, encoded=data, encoding="png")
 
     async def page_state(self, selectors: list[str], frame_url: str = "") -> dict[str, Any]:
         """URL, title, visible text of the active page, and the state (value, checked, selected, text) of the

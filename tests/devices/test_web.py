@@ -550,3 +550,28 @@ def test_a_missing_cjk_font_is_reported_with_what_to_install(monkeypatch, caplog
     with caplog.at_level("WARNING", logger="devices.web"):
         on_device(None, scenario, **SMALL)
     assert any("fonts-noto-cjk" in r.getMessage() for r in caplog.records)
+
+
+def test_a_link_click_then_settle_and_observe_capture_the_new_page(tmp_path):
+    # The click navigates the tab: the CDP session can be left on the document it replaced ("Not attached to an
+    # active page"); the capture attaches again instead of failing or hanging until its timeout.
+    site = serve(tmp_path, **{
+        "nav": '<a id="go" href="done.html" style="position:absolute;left:10px;top:10px;font-size:40px">Go</a>',
+        "done": '<h1 id="done" style="margin:0;background:#c00;height:100vh">Done</h1>'})
+
+    async def scenario(device):
+        for _ in range(3):
+            await device.goto(site.url("nav.html"))
+            await device.settle()
+            t0 = time.monotonic()
+            await device.act(Action("click", at(30, 30)))
+            settled = await device.settle()
+            await device.page.wait_for_url("**/done.html")
+            obs = await device.observe()
+            assert time.monotonic() - t0 < 10 and settled.frames >= 1
+            assert obs.meta["url"].endswith("done.html") and obs.frame[150, 200, 0] > 150  # the red page
+
+    try:
+        on_device(None, scenario, **SMALL)
+    finally:
+        site.close()

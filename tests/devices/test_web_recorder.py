@@ -258,3 +258,26 @@ def test_events_faster_than_frames_are_never_dropped(tmp_path, pages):
     assert len(events) == 40 and all(e.action.keys == ("F2",) for e in events)
     assert all(e.frame.frame.shape == (H, W, 3) for e in events)
     assert [e.at for e in events] == sorted(e.at for e in events)
+
+
+def test_closing_the_browser_ends_the_recording_as_done(tmp_path, pages):
+    recorder = WebRecorder(PlaywrightDevice(WebConfig(viewport_width=W, viewport_height=H)), pages.url("main.html"))
+    env = RecordingEnv(recorder, "click OK and close")
+    writer = RunWriter(tmp_path / "runs", config={}).episode(task="t", actor=Actor.HUMAN)
+
+    async def main():
+        task = asyncio.create_task(record_demonstration(env, writer))
+        await asyncio.wait_for(recorder.started.wait(), 30)
+        page = recorder.device.page
+        await page.mouse.click(*_centre(await _box(page, "#ok")))
+        await asyncio.sleep(0.6)
+        await page.close()  # the person closes the window
+        result = await asyncio.wait_for(task, 30)
+        await env.close()
+        return result
+
+    result = asyncio.run(main())
+    assert result.record.outcome is Outcome.CLAIMED
+    episode = read_episode(writer.path)
+    assert [s.action["kind"] for s in episode.steps] == ["click", "finish"]
+    assert episode.frame(episode.steps[-1]).shape == (H, W, 3)  # the last screen the page showed
