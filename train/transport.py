@@ -1,19 +1,11 @@
-"""Between actors and the learner: the messages of an online session and the small interface they travel through.
+"""Between actors and the learner: the small interface the messages of an online session travel through.
 
-Four kinds of traffic, named after the topics of the fleet bus (docs/design.md, "The transport"):
-
-- ``GroupMessage`` (actor -> learner, ``samples/<actor>``): scored training samples. A group is all messages with
-  the same ``group`` key; ``parts`` says how many make it whole (1 for a step-level group: the n candidates of one
-  screen; n for an episode-level group: one message per episode of the same task seed).
-- ``EpisodeMessage`` (actor -> learner, ``episodes/<actor>``): how an episode ended, for progress and curves.
-- ``AdapterRef`` (learner -> actors, ``policy``, retained): the newest adapter version, its folder and sha256.
-- ``ActorStatus`` (actor -> all, ``status/<actor>``, retained): what each actor is doing.
-
-``Transport`` is the interface actors and learner use; ``InProcessTransport`` implements it with thread-safe
-queues for one process (asyncio actors, a learner thread). A bus implementation (MQTT) implements the same
-methods; actors and learner do not change. Its payloads are ``encode_message``/``decode_message``'s: a
-schema-versioned JSON header plus binary image parts, with a size limit, never pickle.
-``InProcessTransport(wire=True)`` sends every message through that codec, so a session can prove it carries nothing
+The messages are ``train.messages``' (``GroupMessage``, ``EpisodeMessage``, ``ActorStatus``; ``AdapterRef`` from
+``train.adapters``) and their bytes ``train.wire``'s (a schema-versioned JSON header plus binary image parts, with
+size limits, never pickle). ``Transport`` is the interface actors and learner use; ``InProcessTransport``
+implements it with thread-safe queues for one process (asyncio actors, a learner thread); the fleet's MQTT
+transport (``agent.fleet.mqtt``) implements the same methods across machines, and actors and learner do not change.
+``InProcessTransport(wire=True)`` sends every message through the codec, so a session can prove it carries nothing
 a bus could not.
 
 ``GroupAssembler`` is the learner's side of groups: it joins the parts of each group, drops duplicate message ids
@@ -25,103 +17,25 @@ subclass ``TransportClosed`` once the transport was closed (the session is endin
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
-import struct
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
 from train.adapters import AdapterRef
-from train.errors import AdapterError, TransportClosed, TransportError
+from train.errors import TransportClosed, TransportError
+from train.messages import ActorStatus, EpisodeMessage, GroupMessage
 from train.samples import TrainSample
+from train.wire import MAX_BYTES, decode_message, encode_message
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "ActorStatus", "EpisodeMessage", "GroupAssembler", "GroupMessage", "InProcessTransport", "Transport",
-    "TransportClosed", "TransportError", "decode_message", "encode_message",
-]
+__all__ = ["GroupAssembler", "InProcessTransport", "Transport", "drain"]
 
-SCHEMA = 1
-MAX_BYTES = 16 * 1024 * 1024
-"""Default size limit of one encoded message (MQTT brokers commonly cap payloads near this)."""
-_LEN = struct.Struct(">I")
 _CLOSED = object()
-
-
-# -- messages -------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMessage:
-    """Scored samples for one group, or one part of it (see the module docstring)."""
-
-    id: str
-    """Unique message id; the learner drops a second delivery of the same id."""
-    actor: str
-    group: str
-    """Group key: the messages with this key form one group."""
-    parts: int
-    """Messages that make the group whole."""
-    level: str
-    """"step" (n candidates for one screen) or "episode" (the steps of n episodes of one task seed)."""
-    samples: tuple[TrainSample, ...]
-    """May be empty: an episode that aborted still counts as a part, so that its group can complete."""
-    created_at: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.level not in ("step", "episode"):
-            raise ValueError(f"level must be 'step' or 'episode', got {self.level!r}")
-        if self.parts < 1:
-            raise ValueError(f"parts must be at least 1, got {self.parts}")
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeMessage:
-    """How one episode ended."""
-
-    id: str
-    actor: str
-    env: str
-    seed: int
-    episode_id: str
-    outcome: str
-    """An ``envs.records.Outcome`` value."""
-    reward: float | None
-    """The task checker's reward (None when the episode aborted or was interrupted)."""
-    steps: int
-    versions: tuple[str, ...] = ()
-    """Adapter versions that decided its steps, in order of first use."""
-    started_at: float = 0.0
-    ended_at: float = 0.0
-    timings: dict[str, float] = field(default_factory=dict)
-    """Seconds per phase over the episode (reset, decide, verify, step, act, observe, record, ...)."""
-    group: str = ""
-    """The group key for episode-level groups."""
-
-
-@dataclass(frozen=True, slots=True)
-class ActorStatus:
-    """What one actor is doing (retained: the latest per actor)."""
-
-    actor: str
-    state: str
-    """starting, waiting (for the first adapter), running, restarting, dropped, stopped."""
-    version: str | None = None
-    episodes: int = 0
-    steps: int = 0
-    restarts: int = 0
-    error: str = ""
-    at: float = 0.0
-
-
-Message = GroupMessage | EpisodeMessage | ActorStatus | AdapterRef
 
 
 # -- the interface --------------------------------------------------------------------------------------------------
@@ -325,123 +239,6 @@ class GroupAssembler:
             self.too_small += 1
             return []
         return [samples]
-
-
-# -- the wire codec ---------------------------------------------------------------------------------------------------
-
-
-def _sample_json(s: TrainSample, parts: list[np.ndarray], index: dict[int, int]) -> dict[str, Any]:
-    if isinstance(s.image, np.ndarray):
-        key = id(s.image)
-        if key not in index:  # the n samples of a step share one image: send it once
-            index[key] = len(parts)
-            parts.append(np.ascontiguousarray(s.image))
-        row = s.to_json(image_path="")
-        row["image"] = None
-        row["image_part"] = index[key]
-        return row
-    return s.to_json()
-
-
-def _body(message: Message, parts: list[np.ndarray]) -> tuple[str, dict[str, Any]]:
-    if isinstance(message, GroupMessage):
-        index: dict[int, int] = {}
-        return "group", {"id": message.id, "actor": message.actor, "group": message.group, "parts": message.parts,
-                         "level": message.level, "created_at": message.created_at,
-                         "samples": [_sample_json(s, parts, index) for s in message.samples]}
-    if isinstance(message, EpisodeMessage):
-        return "episode", {"id": message.id, "actor": message.actor, "env": message.env, "seed": message.seed,
-                           "episode_id": message.episode_id, "outcome": message.outcome, "reward": message.reward,
-                           "steps": message.steps, "versions": list(message.versions),
-                           "started_at": message.started_at, "ended_at": message.ended_at,
-                           "timings": dict(message.timings), "group": message.group}
-    if isinstance(message, ActorStatus):
-        return "status", {"actor": message.actor, "state": message.state, "version": message.version,
-                          "episodes": message.episodes, "steps": message.steps, "restarts": message.restarts,
-                          "error": message.error, "at": message.at}
-    if isinstance(message, AdapterRef):
-        return "policy", message.to_json()
-    raise TransportError(f"no wire format for {type(message).__name__}")
-
-
-def encode_message(message: Message, *, max_bytes: int = MAX_BYTES) -> bytes:
-    """``message`` as bytes: a 4-byte header length, the JSON header, then the image parts (raw uint8)."""
-    parts: list[np.ndarray] = []
-    kind, body = _body(message, parts)
-    layout, offset = [], 0
-    for p in parts:
-        if p.dtype != np.uint8:
-            raise TransportError(f"image parts must be uint8 arrays, got {p.dtype}")
-        layout.append({"shape": list(p.shape), "offset": offset, "length": p.nbytes})
-        offset += p.nbytes
-    try:
-        header = json.dumps({"schema": SCHEMA, "type": kind, "body": body, "parts": layout},
-                            ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise TransportError(f"cannot encode a {kind} message as JSON: {exc}") from exc
-    size = _LEN.size + len(header) + offset
-    if size > max_bytes:
-        raise TransportError(f"a {kind} message of {size} bytes exceeds the limit of {max_bytes} bytes; send fewer "
-                             f"samples per message or smaller images (model.max_pixels)")
-    return b"".join([_LEN.pack(len(header)), header, *(p.tobytes() for p in parts)])
-
-
-def decode_message(data: bytes, *, max_bytes: int = MAX_BYTES) -> Message:
-    """Inverse of ``encode_message``; ``TransportError`` for anything malformed, oversized or of another schema."""
-    if len(data) > max_bytes:
-        raise TransportError(f"a message of {len(data)} bytes exceeds the limit of {max_bytes} bytes")
-    if len(data) < _LEN.size:
-        raise TransportError(f"a message of {len(data)} bytes is too short to hold a header")
-    (n,) = _LEN.unpack_from(data)
-    if _LEN.size + n > len(data):
-        raise TransportError(f"the header claims {n} bytes, the message holds {len(data) - _LEN.size}")
-    try:
-        header = json.loads(data[_LEN.size:_LEN.size + n].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TransportError(f"the message header is not JSON: {exc}") from exc
-    if not isinstance(header, dict) or header.get("schema") != SCHEMA:
-        raise TransportError(f"message schema {header.get('schema') if isinstance(header, dict) else None!r}; "
-                             f"this handeye reads schema {SCHEMA}")
-    blob = memoryview(data)[_LEN.size + n:]
-    try:
-        arrays = []
-        for p in header["parts"]:
-            shape, offset, length = tuple(int(d) for d in p["shape"]), int(p["offset"]), int(p["length"])
-            if offset < 0 or offset + length > len(blob) or int(np.prod(shape)) != length:
-                raise TransportError(f"image part {p} does not fit the {len(blob)} bytes of parts")
-            arrays.append(np.frombuffer(blob[offset:offset + length], dtype=np.uint8).reshape(shape).copy())
-        return _message(header["type"], header["body"], arrays)
-    except TransportError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, AdapterError) as exc:
-        raise TransportError(f"malformed {header.get('type')} message: {type(exc).__name__}: {exc}") from exc
-
-
-def _message(kind: str, body: dict[str, Any], arrays: list[np.ndarray]) -> Message:
-    if kind == "group":
-        samples = []
-        for row in body["samples"]:
-            part = row.pop("image_part", None)
-            s = TrainSample.from_json(row)
-            samples.append(replace(s, image=arrays[int(part)]) if part is not None else s)
-        return GroupMessage(id=str(body["id"]), actor=str(body["actor"]), group=str(body["group"]),
-                            parts=int(body["parts"]), level=str(body["level"]), samples=tuple(samples),
-                            created_at=float(body["created_at"]))
-    if kind == "episode":
-        return EpisodeMessage(id=str(body["id"]), actor=str(body["actor"]), env=str(body["env"]),
-                              seed=int(body["seed"]), episode_id=str(body["episode_id"]), outcome=str(body["outcome"]),
-                              reward=None if body["reward"] is None else float(body["reward"]),
-                              steps=int(body["steps"]), versions=tuple(str(v) for v in body["versions"]),
-                              started_at=float(body["started_at"]), ended_at=float(body["ended_at"]),
-                              timings={str(k): float(v) for k, v in body["timings"].items()},
-                              group=str(body.get("group", "")))
-    if kind == "status":
-        return ActorStatus(actor=str(body["actor"]), state=str(body["state"]), version=body["version"],
-                           episodes=int(body["episodes"]), steps=int(body["steps"]), restarts=int(body["restarts"]),
-                           error=str(body["error"]), at=float(body["at"]))
-    if kind == "policy":
-        return AdapterRef.from_json(body)
-    raise TransportError(f"unknown message type {kind!r}")
 
 
 def drain(transport: Transport, timeout: float = 0.0) -> Iterator[GroupMessage]:

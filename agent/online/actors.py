@@ -21,8 +21,9 @@ from policy.base import Decision, HistoryEntry
 from policy.backends.hf import split_images
 from policy.errors import FormatParseError
 from train.collinear import is_collinear
+from train.errors import TransportClosed
+from train.messages import ActorStatus, EpisodeMessage, GroupMessage
 from train.samples import TrainSample
-from train.transport import ActorStatus, EpisodeMessage, GroupMessage, TransportClosed
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from envs.records import Outcome
 from envs.trajectory import RunWriter
 from train.adapters import AdapterStore
 from train.config import with_run_dir
-from train.transport import EpisodeMessage, InProcessTransport, Transport
+from train.messages import EpisodeMessage
+from train.transport import InProcessTransport, Transport
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,9 @@ from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import RunWriter
 from policy.presets import preset_for
 from train.config import FilterConfig
+from train.errors import TransportClosed
+from train.messages import GroupMessage
 from train.samples import TrainSample
-from train.transport import GroupMessage, TransportClosed
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 

@@ -12,8 +12,10 @@ import pytest
 
 from train.adapters import AdapterRef, _digest
 from train.samples import TrainSample
-from train.transport import (ActorStatus, EpisodeMessage, GroupAssembler, GroupMessage, InProcessTransport, Transport,
-                             TransportClosed, TransportError, decode_message, encode_message)
+from train.errors import TransportClosed, TransportError
+from train.messages import ActorStatus, EpisodeMessage, GroupMessage
+from train.transport import GroupAssembler, InProcessTransport, Transport
+from train.wire import decode_message, encode_message
 
 MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click «OK» 好"}]}]
 
