@@ -83,6 +83,43 @@ class EnvStats:
                 "latency": self.latency, "outcomes": self.outcomes}
 
 
+ABSTAINED = ("Infeasible", "AskedUser")
+"""The episode reasons of an abstention: the policy declared the task infeasible, or asked the user (and nobody was
+there to answer): ``devices.actions.ABSTAIN_KINDS`` as the runner records them."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbstentionStats:
+    """Abstentions of one environment (or ``overall``), apart from success: on episodes whose target is absent
+    (generated ``absent`` tasks, ``info["task_kind"] == "absent"``) abstaining is right; anywhere else it is wrong."""
+
+    env: str
+    absent: int
+    """Episodes whose target was absent."""
+    abstained_correctly: int
+    present: int
+    """Episodes whose target was on the screen (every other task)."""
+    abstained_wrongly: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "absent": self.absent, "abstained_correctly": self.abstained_correctly,
+                "abstention_rate": self.abstained_correctly / self.absent if self.absent else None,
+                "ci95": list(wilson_interval(self.abstained_correctly, self.absent)) if self.absent else None,
+                "present": self.present, "abstained_wrongly": self.abstained_wrongly}
+
+
+def abstained(result: EpisodeResult) -> bool:
+    """Whether the episode ended with an abstention (infeasible, or a question nobody was there to answer)."""
+    return (result.record.reason or {}).get("type") in ABSTAINED
+
+
+def abstention_stats(name: str, results: Sequence[EpisodeResult]) -> AbstentionStats:
+    absent = [r for r in results if (r.record.env or {}).get("task_kind") == "absent"]
+    present = [r for r in results if (r.record.env or {}).get("task_kind") != "absent"]
+    return AbstentionStats(name, len(absent), sum(abstained(r) for r in absent), len(present),
+                           sum(abstained(r) for r in present))
+
+
 @dataclass(slots=True)
 class EvalResult:
     run_dir: Path
@@ -91,10 +128,13 @@ class EvalResult:
     overall: EnvStats
     episodes: list[EpisodeResult] = field(default_factory=list)
     wall_s: float = 0.0
+    abstention: dict[str, AbstentionStats] = field(default_factory=dict)
+    """Per environment and ``overall``: abstentions counted apart from success (``AbstentionStats``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "wall_s": self.wall_s, "overall": self.overall.to_dict(),
                 "envs": {k: v.to_dict() for k, v in self.envs.items()},
+                "abstention": {k: v.to_dict() for k, v in self.abstention.items()},
                 "episodes": [{"env": e.env, "seed": e.seed, "episode_id": e.record.episode_id,
                               "outcome": e.record.outcome.value if e.record.outcome else None,
                               "steps": e.record.num_steps} for e in self.episodes]}
@@ -230,6 +270,8 @@ async def evaluate(
         run_dir=run.path, run_id=run.run_id,
         envs={name: compute_stats(name, [r for r in results if r.env == name]) for name in names},
         overall=compute_stats("overall", results), episodes=results, wall_s=time.perf_counter() - t0,
+        abstention={**{name: abstention_stats(name, [r for r in results if r.env == name]) for name in names},
+                    "overall": abstention_stats("overall", results)},
     )
     (run.path / "eval.json").write_text(json.dumps(json_safe(result.to_dict()), indent=2) + "\n", encoding="utf-8")
     return result
@@ -255,6 +297,27 @@ def format_table(result: EvalResult, console: Any = None) -> Any:
     scores = _table(result, ("episodes", "success", "95% CI", "steps"))
     latency = _table(result, EVAL_PHASES, title="ms per step")
     return Group(scores, latency)
+
+
+def format_abstention(result: EvalResult) -> Any:
+    """A rich Table of abstentions, apart from success: per environment, correct abstentions on absent targets and
+    wrong ones elsewhere; None when no episode had an absent target and none abstained."""
+    from rich import box
+    from rich.table import Table
+
+    rows = [a for a in result.abstention.values() if a.env != "overall" and (a.absent or a.abstained_wrongly)]
+    if not rows:
+        return None
+    table = Table(title="abstention (the target absent: infeasible or asking the user is right)",
+                  header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("env", "target absent", "abstained", "95% CI", "target present", "abstained wrongly"):
+        table.add_column(col, justify="left" if col == "env" else "right", overflow="fold")
+    for a in rows:
+        low, high = wilson_interval(a.abstained_correctly, a.absent)
+        share = f"{a.abstained_correctly}/{a.absent} {a.abstained_correctly / a.absent:.0%}" if a.absent else "-"
+        table.add_row(a.env, str(a.absent), share, f"{low:.0%}–{high:.0%}" if a.absent else "-", str(a.present),
+                      str(a.abstained_wrongly))
+    return table
 
 
 def _table(result: EvalResult, columns: tuple[str, ...], title: str | None = None) -> Any:

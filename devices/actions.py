@@ -59,6 +59,10 @@ POINTED_KINDS = frozenset(
         ActionKind.DRAG,
     }
 )
+#: kinds that abstain: "the target is not here" or "this cannot be done", said by declaring the task infeasible
+#: or by handing it back to the person. A correct abstention (the target really is absent) scores like a hit in
+#: every verifier, reward and evaluation; a wrong one like a miss (docs/algorithms.md, "Abstention").
+ABSTAIN_KINDS = frozenset({ActionKind.INFEASIBLE, ActionKind.ASK_USER})
 #: kinds whose ``text`` is required
 TEXT_KINDS = frozenset({ActionKind.TYPE, ActionKind.OPEN_APP, ActionKind.OPEN_URL, ActionKind.INFEASIBLE,
                         ActionKind.ASK_USER})
@@ -232,6 +236,11 @@ class Action:
         if self.duration_s is not None:
             parts.append(f"{self.duration_s:g}s")
         return " ".join(parts)
+
+
+def is_abstention(action: Action | None) -> bool:
+    """Whether ``action`` abstains (``ABSTAIN_KINDS``); None (nothing parsed) does not."""
+    return action is not None and action.kind in ABSTAIN_KINDS
 
 
 def _point(value: Any, name: str) -> Point:

@@ -44,7 +44,7 @@ import math
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -447,6 +447,22 @@ BREAKDOWNS: dict[str, Callable[[GroundingSample], str]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Abstention:
+    """Abstentions counted apart from accuracy: on negative samples (the target is absent) declaring it absent is
+    right; on positive ones it is wrong."""
+
+    negatives: int
+    abstained_correctly: int
+    positives: int
+    abstained_wrongly: int
+
+    def line(self) -> str:
+        share = f"{self.abstained_correctly / self.negatives:.1%}" if self.negatives else "-"
+        return (f"abstention: {self.abstained_correctly}/{self.negatives} negative samples declared absent ({share}); "
+                f"{self.abstained_wrongly}/{self.positives} positive samples declared absent wrongly")
+
+
+@dataclass(frozen=True, slots=True)
 class GroundingReport:
     results: tuple[SampleResult, ...]
     rejected: tuple[RejectedRecord, ...] = ()
@@ -477,6 +493,13 @@ class GroundingReport:
     def any_accuracy(self) -> float:
         return self.any_correct / self.total if self.total else 0.0
 
+    @property
+    def abstention(self) -> Abstention:
+        negative = [r for r in self.results if r.sample.negative or r.sample.box is None]
+        positive = [r for r in self.results if not (r.sample.negative or r.sample.box is None)]
+        return Abstention(len(negative), sum(r.prediction.absent for r in negative), len(positive),
+                          sum(r.prediction.absent for r in positive))
+
     def breakdown(self, by: str) -> tuple[BreakdownRow, ...]:
         """Counts and accuracies per value of one of BREAKDOWNS' keys, sorted by that value."""
         if by not in BREAKDOWNS:
@@ -506,6 +529,7 @@ class GroundingReport:
             "total": self.total, "correct": self.correct, "any_correct": self.any_correct,
             "accuracy": self.accuracy, "any_accuracy": self.any_accuracy, "wrong_format": self.wrong_format,
             "hit_test": "x1 < x < x2 (strict)" if self.strict else "x1 <= x <= x2 (edges inside)",
+            "abstention": asdict(self.abstention),
             "breakdowns": {by: [{"key": r.key, "total": r.total, "correct": r.correct, "accuracy": r.accuracy,
                                  "any_correct": r.any_correct, "any_accuracy": r.any_accuracy}
                                 for r in self.breakdown(by)] for by in BREAKDOWNS},
@@ -556,7 +580,7 @@ def score(samples: Sequence[GroundingSample],
 
 
 __all__ = [
-    "BREAKDOWNS", "BreakdownRow", "DatasetFormat", "GroundingDataset", "GroundingOutcome", "GroundingPrediction",
+    "Abstention", "BREAKDOWNS", "BreakdownRow", "DatasetFormat", "GroundingDataset", "GroundingOutcome", "GroundingPrediction",
     "GroundingReport", "GroundingSample", "LoadReport", "RejectKind", "RejectedRecord", "SampleResult",
     "image_size", "load_grounding", "point_in_box", "read_rgb", "rejection_summary", "score",
     "score_sample",

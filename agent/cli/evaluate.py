@@ -107,7 +107,7 @@ def _policy_factory(cfg: Any, kind: str) -> tuple[Callable[[Any], Any], Any]:
 def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Callable[[Any], Any],
                shared: Any) -> int:
     """Run the episodes, print each outcome as it comes, then the success table; write report.html."""
-    from agent.eval import evaluate, format_table
+    from agent.eval import evaluate, format_abstention, format_table
     from agent.report import build_report
     from agent.signals import StopSignals, exit_code
 
@@ -145,6 +145,9 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
         console.print("[yellow]interrupted[/]")
         return exit_code(stopped_by[0]) if stopped_by else EXIT_INTERRUPTED
     console.print(format_table(result, console))
+    abstention = format_abstention(result)
+    if abstention is not None:
+        console.print(abstention)
     report = build_report(result.run_dir)
     console.print(f"trajectories: [bold]{plain(result.run_dir)}[/]", soft_wrap=True)
     console.print(f"report:       [bold]{plain(report)}[/]", soft_wrap=True)
@@ -187,6 +190,8 @@ def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
         return print_error(f"no sample of {args.data} could be evaluated: {rejection_summary(report.rejected)}")
     console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
                   f"unparsed {report.wrong_format}")
+    if report.abstention.negatives or report.abstention.abstained_wrongly:
+        console.print(plain(report.abstention.line()))
     console.print(plain(report.table("platform/element_type")))
     out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}"
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,8 @@ candidate actions against the generator's exact boxes.
 Outcomes: on a click task the first click on any widget decides (the target: reward 1, anything
 else: 0). On a form task clicks on text fields are neutral; the first click on another widget
 decides (Submit with every field holding its text: 1, otherwise 0). On an absent-target task
-``infeasible`` is the right answer (1) and a click on any non-field widget is wrong (0). ``finish``
+``infeasible`` is the right answer (1) and a click on any non-field widget is wrong (0); the step verifier
+counts any abstention (``devices.actions.ABSTAIN_KINDS``: infeasible, or asking the user) as right there. ``finish``
 is checked like any step (it succeeds only if the task is already done, which ends the episode
 first, so a finish is always 0) and ``infeasible`` on a feasible task is 0.
 """
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from devices.actions import Action, ActionKind
+from devices.actions import Action, ActionKind, is_abstention
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
 from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
@@ -174,7 +175,10 @@ class GeneratedEnv(OwnsDevice):
         if needed is None:
             return verdict(action.kind is ActionKind.FINISH, "the episode is over: only finish is right")
         if needed.kind == "infeasible":
-            return verdict(action.kind is ActionKind.INFEASIBLE, "the named widget is absent: infeasible is right")
+            return verdict(is_abstention(action), "the named widget is absent: abstaining (infeasible, or asking the "
+                                                  "user) is right")
+        if is_abstention(action):
+            return verdict(False, "the step's widget is on the screen: abstaining is wrong")
         assert needed.widget_id is not None
         box = self.target_box(needed.widget_id)
         on_target = action.point is not None and box.contains(action.point.x, action.point.y)

@@ -16,7 +16,10 @@ the w' x h' image, most preferred first.
 last ``</think>`` (all of it when there is none), the JSON list from the first ``[`` to its
 closing bracket, every item validated (an object with a two-number ``point_2d`` inside the image)
 and kept as a click candidate in order; the first is executed. No think gate, trailing chatter
-ignored, a list cut off mid-item keeps its complete items. ``strict_parse`` is the reward parser of the released recipe
+ignored, a list cut off mid-item keeps its complete items. An empty list ``[]`` is the model's way of
+saying "the target is not on this screen" (the negative samples it was trained on, where the released
+reward gives ``[]`` its best score): it parses to one ``infeasible`` action (``EMPTY_LIST_REASON``),
+which an episode executes as the end of the task and every evaluation scores as an abstention. ``strict_parse`` is the reward parser of the released recipe
 (think gate, then every item must be valid), for training.
 """
 
@@ -35,7 +38,7 @@ from policy.formats.base import Parsed, Prompt, check_output, make_action, model
 from policy.formats.jsonscan import scan_json_list
 from policy.presets import ModelPreset
 
-__all__ = ["InfiGuiG1Format", "SYSTEM_THINK", "USER_TEMPLATE", "strict_parse", "split_think"]
+__all__ = ["EMPTY_LIST_REASON", "InfiGuiG1Format", "SYSTEM_THINK", "USER_TEMPLATE", "strict_parse", "split_think"]
 
 SYSTEM_THINK = (
     "You FIRST think about the reasoning process as an internal monologue and then provide the final answer.\n"
@@ -48,6 +51,7 @@ USER_TEMPLATE = (
 )
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+EMPTY_LIST_REASON = "the model listed no point: the target is not on the screen"
 
 
 def split_think(text: str) -> tuple[str | None, int]:
@@ -161,8 +165,9 @@ class InfiGuiG1Format:
             where = "after </think>" if thought is not None else "in the output"
             raise FormatParseError(f"no JSON list {where}: expected [{{\"point_2d\": [x, y]}}, ...]", text, offset)
         scan = scan_json_list(text, start)
-        if not scan.items:
-            raise FormatParseError("the JSON list is empty: no point to click", text, start)
+        if not scan.items:  # a cut-off list with no complete item is a FormatParseError of the scanner
+            action = make_action(text, start, kind=ActionKind.INFEASIBLE, text=EMPTY_LIST_REASON)
+            return Parsed((action,), (), thought, {"candidates": 0, "truncated": False, "abstained": True})
         actions, points = [], []
         for i, (pos, item) in enumerate(scan.items):
             if not isinstance(item, dict) or "point_2d" not in item:

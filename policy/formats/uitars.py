@@ -40,9 +40,12 @@ Action mapping (UI-TARS -> unified)
     scroll(start_box, direction) -> scroll at the point, default amount 0.5 screens (the 5 wheel
     clicks of the reference runtime); v1 mobile scroll(start_box, end_box) is a swipe between the
     two points -> drag (its direction is the finger's, so a scroll direction would have to guess);
-    wait() -> wait 5 s; finished(content) -> finish with the answer (bare finished() -> finish);
-    call_user() -> ask_user, "the model asked for the user" (the person answers; with nobody there the
-    episode ends as infeasible); press_home -> home;
+    wait() -> wait 5 s; finished(content) -> finish with the answer (bare finished() -> finish), except a
+    content that declines ("not found", "cannot find", "does not exist", "no such ...", "impossible",
+    找不到, 不存在 ...: ``DECLINE``) -> infeasible with that content as the reason, the model's way of saying
+    the target is absent; call_user() -> ask_user, "the model asked for the user" (the person answers;
+    with nobody there the episode ends as infeasible, and evaluations count it as an abstention:
+    ``devices.actions.ABSTAIN_KINDS``); press_home -> home;
     press_back -> back; open_app(app_name) -> open_app.
     Every action name is accepted in every version and variant (the union of the grammars).
 """
@@ -68,6 +71,14 @@ from policy.formats.uitars_prompts import PROMPTS, SYSTEM_PROMPT
 from policy.presets import ModelPreset
 
 CALL_USER_REASON = "the model asked for the user"
+#: a finished(content=...) that declines: the model says the target is not there or the task cannot be done
+DECLINE = re.compile(
+    r"\b(?:not\s+(?:found|present|visible|available|shown|(?:on|in)\s+(?:the\s+)?(?:screen|page))"
+    r"|no\s+such|(?:can\s*not|can't|cannot|couldn't|could\s+not|unable\s+to)\s+(?:find|locate|see|be\s+found)"
+    r"|does(?:\s+not|n't)\s+exist|impossible|infeasible)\b"
+    r"|找不到|不存在|没有找到|未找到|无法找到|无法完成",
+    re.IGNORECASE,
+)
 WAIT_S = 5.0
 VARIANTS = ("computer", "mobile", "grounding")
 VERSIONS = ("1.5", "1")
@@ -470,6 +481,8 @@ def _hotkey(call: _Call) -> Mapped:
 
 def _finished(call: _Call) -> Mapped:
     content, _ = call.string("content")
+    if content and DECLINE.search(content):
+        return Action(ActionKind.INFEASIBLE, text=content), [], call.name
     return Action(ActionKind.FINISH, text=content or None), [], call.name
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from agent.eval import EvalResult, evaluate, format_table, wilson_interval
+from agent.eval import AbstentionStats, EvalResult, evaluate, format_abstention, format_table, wilson_interval
 from agent.runner import RunOptions
 from devices.actions import Action, ActionKind, Point
 from agent.oracles import GeneratedOracle as OraclePolicy
@@ -93,6 +93,33 @@ def test_oracle_solves_everything_with_the_wilson_interval(oracle_run):
     assert table.row_count == 4
     saved = json.loads((result.run_dir / "eval.json").read_text())
     assert saved["overall"]["successes"] == 6 and len(saved["episodes"]) == 6
+
+
+def test_abstentions_are_counted_apart_from_success(oracle_run, tmp_path):
+    result, _, _ = oracle_run
+    # the oracle declares infeasible on both absent episodes and never elsewhere
+    assert result.abstention["generated/absent"] == AbstentionStats("generated/absent", 2, 2, 0, 0)
+    assert result.abstention["overall"] == AbstentionStats("overall", 2, 2, 4, 0)
+    table = format_abstention(result)
+    assert table is not None and table.row_count == 1  # only the environment with an absent target or an abstention
+    saved = json.loads((result.run_dir / "eval.json").read_text())
+    assert saved["abstention"]["generated/absent"]["abstained_correctly"] == 2
+
+    class Shy:  # abstains everywhere: right on absent screens, wrong on the others
+        name = "shy"
+
+        async def decide(self, task, history, observation, n=1):
+            return Decision(Action(ActionKind.ASK_USER, text="where is it?"))
+
+        def describe(self):
+            return {"policy": self.name}
+
+    shy = asyncio.run(evaluate(["generated/click", "generated/absent"], lambda env: Shy(), episodes=1,
+                               runs_dir=tmp_path))
+    # asking with nobody there ends the episode unjudged (not a success) but is an abstention all the same
+    assert shy.overall.successes == 0
+    assert shy.abstention["generated/absent"] == AbstentionStats("generated/absent", 1, 1, 0, 0)
+    assert shy.abstention["generated/click"] == AbstentionStats("generated/click", 0, 0, 1, 1)
 
 
 def test_wilson_interval_by_hand():

@@ -202,8 +202,9 @@ def test_absent_target_rewards_infeasible_only(run, device):
     run(env.reset(seed=3))
     screen = env.screen
     some = next(w for w in screen.widgets if w.role is not Role.TEXT_FIELD)
-    verdicts = run(env.verify([Action(ActionKind.INFEASIBLE, text="absent"), _click(screen, some.id)]))
-    assert [v.correct for v in verdicts] == [True, False]
+    verdicts = run(env.verify([Action(ActionKind.INFEASIBLE, text="absent"), _click(screen, some.id),
+                               Action(ActionKind.ASK_USER, text="the model asked for the user")]))
+    assert [v.correct for v in verdicts] == [True, False, True]  # asking the user abstains too
     assert run(env.step(Action(ActionKind.INFEASIBLE, text="absent")))[1:3] == (1.0, True)
     run(env.reset(seed=3))
     _, reward, terminated, _, info = run(env.step(_click(screen, some.id)))
@@ -215,6 +216,8 @@ def test_absent_target_rewards_infeasible_only(run, device):
 def test_infeasible_on_a_feasible_task_gives_zero(run, device):
     env = GeneratedEnv("click", device=device)
     run(env.reset(seed=0))
+    abstentions = [Action(ActionKind.INFEASIBLE, text="cannot"), Action(ActionKind.ASK_USER, text="where?")]
+    assert [v.correct for v in run(env.verify(abstentions))] == [False, False]
     assert run(env.step(Action(ActionKind.INFEASIBLE, text="cannot")))[1:3] == (0.0, True)
 
 

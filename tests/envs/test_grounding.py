@@ -21,6 +21,7 @@ from devices.base import Box, Observation
 from envs.errors import EnvError
 from agent.grounding_eval import evaluate_grounding
 from envs.grounding import (
+    Abstention,
     GroundingOutcome,
     GroundingPrediction,
     GroundingSample,
@@ -246,6 +247,14 @@ def test_score_top1_any_candidate_negatives_and_breakdowns(pro: Path) -> None:
     assert (worse.correct, worse.any_correct, worse.wrong_format) == (0, 0, 2)
     assert {r.sample.id: r.outcome for r in worse.results}["vscode_macos:vs-neg"] is GroundingOutcome.WRONG
     assert by_id["vscode_macos:vs-neg"].negative
+
+    # abstentions are counted apart: the negative declared absent is right; a positive declared absent is wrong
+    assert report.abstention == Abstention(negatives=1, abstained_correctly=1, positives=2, abstained_wrongly=0)
+    assert worse.abstention == Abstention(1, 0, 2, 0)
+    shy = score(data.samples, {s.id: GroundingPrediction(()) for s in data.samples})
+    assert shy.abstention == Abstention(1, 1, 2, 2) and shy.to_dict()["abstention"]["abstained_wrongly"] == 2
+    assert shy.abstention.line() == ("abstention: 1/1 negative samples declared absent (100.0%); 2/2 positive samples "
+                                     "declared absent wrongly")
 
 
 def test_screenspot_xywh_edge_is_a_hit(screenspot: Path) -> None:

@@ -16,7 +16,7 @@ from devices.actions import Action, ActionKind, Point
 from policy.base import HistoryEntry
 from policy.errors import CoordinateError, FormatParseError
 from policy.formats import get_format
-from policy.formats.infigui import InfiGuiG1Format, strict_parse
+from policy.formats.infigui import EMPTY_LIST_REASON, InfiGuiG1Format, strict_parse
 from policy.presets import PRESETS, ModelPreset
 from tests.policy.reference import GOLDEN_SIZES, reference_input_size
 
@@ -119,10 +119,19 @@ def test_execution_parser_tolerance(text: str, points: list, thought: str | None
     assert [tuple(p) for p in parsed.model_points] == points and parsed.thought == thought
 
 
+@pytest.mark.parametrize("text", ['<think>not there</think>[]', "[ ]", '<think>x</think>\n```json\n[]\n```'])
+def test_empty_list_is_an_abstention(text: str) -> None:
+    # The released reward scores [] on a negative sample as its best answer; at run time it ends the task as
+    # infeasible, with no point and no candidate.
+    parsed = parse(text)
+    assert [a.kind for a in parsed.actions] == [ActionKind.INFEASIBLE]
+    assert parsed.actions[0].text == EMPTY_LIST_REASON and parsed.actions[0].point is None
+    assert parsed.model_points == () and parsed.info["abstained"] is True
+
+
 ERROR_CASES = [
     ("<think>hmm</think>I don't see it.", "no JSON list after </think>", "I don't"),
     ("nothing at all", "no JSON list in the output", 0),
-    ('<think>x</think>[]', "the JSON list is empty", "["),
     ('<think>x</think>[{"point_2d": [1, 2, 3]}]', "item 0 point_2d must be [x, y] with two numbers", "{"),
     ('<think>x</think>[{"point_2d": [1, 2]}, {"pt": [1, 2]}]', "item 1 must be an object with point_2d", '{"pt"'),
     ('<think>x</think>[{"point_2d": [1, 2]}, [3, 4]]', "item 1 must be an object with point_2d", "[3"),

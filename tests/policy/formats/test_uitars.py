@@ -210,6 +210,10 @@ CASES_15 = [
     (act("finished(content='The answer is 42.')"), [Action(ActionKind.FINISH, text="The answer is 42.")]),
     (act("finished()"), [Action(ActionKind.FINISH)]),
     (act("call_user()"), [Action(ActionKind.ASK_USER, text="the model asked for the user")]),
+    # declining: the target is not there (an abstention, like call_user and InfiGUI-G1's [])
+    (act("finished(content='The Save button is not found on this screen.')"),
+     [Action(ActionKind.INFEASIBLE, text="The Save button is not found on this screen.")]),
+    (act("finished(content='屏幕上找不到“保存”按钮')"), [Action(ActionKind.INFEASIBLE, text="屏幕上找不到“保存”按钮")]),
     (act("press_home()"), [Action(ActionKind.HOME)]),
     (act("press_back()"), [Action(ActionKind.BACK)]),
     (act("open_app(app_name='Settings')"), [Action(ActionKind.OPEN_APP, text="Settings")]),
