@@ -1,4 +1,6 @@
-"""Pure text grounding for the OCR policy: parse a "click X" instruction, find X among OCR lines.
+"""Pure text grounding for the OCR policy: find a label among OCR lines, and tell the label from its look-alikes.
+
+The instruction is read by ``policy.instructions``.
 
 Nothing here runs OCR or touches a device, so every rule is unit-testable on hand-built lines.
 
@@ -29,6 +31,10 @@ Ranking, best first (the first rule that differs decides):
    element);
 7. position: top to bottom, then left to right, so the answer never depends on the OCR's order.
 
+A match that is not the label itself but a look-alike of it ("Save as", "Unsave", "Autosave" for "Save") is told
+apart by ``lookalike``; ``find_target(..., allow_lookalikes=False)`` leaves such matches out, so a screen that
+holds only look-alikes has no match and the target is absent.
+
 The matched box is the union of the matched characters' boxes (clipped to the line's box), not the
 whole line: OCR merges neighbouring labels into one line ("FileEditViewInsert"), and clicking the
 centre of that line would hit the wrong item. A whole-line match uses the line's detected box.
@@ -42,8 +48,6 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-
-from devices.actions import ActionKind
 
 DEFAULT_FUZZY_THRESHOLD = 0.8
 
@@ -331,109 +335,89 @@ def find_target(
     labels: str | Sequence[str],
     lines: Sequence[OcrLine],
     fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
+    *,
+    allow_lookalikes: bool = True,
 ) -> Match | None:
     """The best place of the label (or of the first of several labels that ranks best), or None.
 
-    See the module docstring for the ranking.
+    See the module docstring for the ranking. With ``allow_lookalikes=False`` a match that ``lookalike`` calls a
+    look-alike ("Save as" for "Save") is no match, so only look-alikes on the screen give None: the target is absent.
     """
     if isinstance(labels, str):
         labels = (labels,)
+    keep = (lambda m: True) if allow_lookalikes else (lambda m: lookalike(m) is None)
     candidates: list[tuple[tuple[float, ...], Match]] = []
     for index, label in enumerate(labels):
         for line in lines:
             for level in Level:
                 # every level is tried: a looser one can find a better tier ("Reinsert lnsert")
                 found = _exact_match(label, line, level)
-                if found is not None:
+                if found is not None and keep(found):
                     candidates.append((_rank(found, index), found))
     if not candidates:
         for index, label in enumerate(labels):
             for line in lines:
                 found = _fuzzy_match(label, line, fuzzy_threshold)
-                if found is not None:
+                if found is not None and keep(found):
                     candidates.append((_rank(found, index), found))
     if not candidates:
         return None
     return min(candidates, key=lambda pair: pair[0])[1]
 
 
-# -- instructions --------------------------------------------------------------------------------
+# -- look-alikes ----------------------------------------------------------------------------------
+
+#: a gap between two glyphs of one OCR line at least this many line heights wide separates two elements that the
+#: OCR merged into one line (word spaces inside a label are about a quarter of the line height)
+ELEMENT_GAP = 0.6
 
 
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    """A parsed "click X" instruction: the action kind, the label, and other phrasings to try after it."""
-
-    kind: ActionKind
-    label: str
-    alternatives: tuple[str, ...] = ()
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return (self.label, *self.alternatives)
+def _neighbour(text: str, start: int, step: int) -> int | None:
+    """The index of the nearest letter, digit or CJK character from ``start`` in direction ``step`` (icons,
+    punctuation and spaces skipped), or None at the end of the line."""
+    i = start
+    while 0 <= i < len(text):
+        if text[i].isalnum():
+            return i
+        i += step
+    return None
 
 
-# Polite words, and a Chinese location phrase before the verb ("在菜单中选择“X”": choose X in the menu).
-_POLITE = r"(?:(?:please|now|then|just|kindly)\s+|请你?|然后|再|在[^“”「」\"']{1,12}?(?:中|里|上))*"
-_LATIN_END = r"(?![\w-])"
-_VERBS: tuple[tuple[str, ActionKind], ...] = (
-    (r"double[\s-]?click" + _LATIN_END, ActionKind.DOUBLE_CLICK),
-    (r"right[\s-]?click" + _LATIN_END, ActionKind.RIGHT_CLICK),
-    (r"(?:hover(?:\s+(?:over|on))?|mouse[\s-]?over)" + _LATIN_END, ActionKind.HOVER),
-    (r"(?:click|tap|press|select|choose|open|check|tick|toggle)" + _LATIN_END, ActionKind.CLICK),
-    (r"双击", ActionKind.DOUBLE_CLICK),
-    (r"右键(?:点击|单击)|右击", ActionKind.RIGHT_CLICK),
-    (r"点击|单击|轻触|轻点|点按|选择|选中|勾选|打开", ActionKind.CLICK),
-)
-_VERB_RES = tuple((re.compile(r"^\s*" + _POLITE + "(?:" + verb + ")", re.IGNORECASE), kind) for verb, kind in _VERBS)
-
-# Straight quotes double as apostrophes ("Don't"), so they only count next to a space or punctuation.
-_QUOTE_RES = (
-    re.compile(r"(?:^|(?<=[\s(\[:,]))'([^']+?)'(?=$|[\s.,!?;:)\]])"),
-    re.compile(r"(?:^|(?<=[\s(\[:,]))\"([^\"]+?)\"(?=$|[\s.,!?;:)\]])"),
-    re.compile(r"“([^”]+?)”"),
-    re.compile(r"‘([^’]+?)’"),
-    re.compile(r"「([^」]+?)」"),
-    re.compile(r"『([^』]+?)』"),
-)
-_LEADING_WORDS = re.compile(r"^(?:(?:on|the|a|an)\s+|一下)+", re.IGNORECASE)
-_STRAY_QUOTES = "\"'“”‘’「」『』"
-_TRAILING_PUNCT = re.compile(r"[\s.!?;,。！？；，、]+$")
-_ROLE_LATIN = re.compile(
-    r"\s+(?:button|link|tab|icon|menu\s+item|menu|item|option|checkbox|check\s+box|field)$", re.IGNORECASE
-)
-_ROLE_CJK = re.compile(r"(?:按钮|链接|选项|图标|菜单|复选框|标签页)$")
+def _joined(line: OcrLine, inner: int, outer: int, side: int) -> bool:
+    """Whether the glyph ``outer`` next to the match (``inner`` is the match's own glyph on that side, ``side`` -1
+    before, +1 after) belongs to the same element as the match: no element-sized gap between their boxes, and not a
+    camel-case seam of labels rendered without a gap ("FileEditView")."""
+    height = max(line.box.height, 1e-6)
+    a, b = line.chars[inner][1], line.chars[outer][1]
+    gap = (b.left - a.right) if side > 0 else (a.left - b.right)
+    if gap >= ELEMENT_GAP * height:
+        return False
+    left, right = (line.text[inner], line.text[outer]) if side > 0 else (line.text[outer], line.text[inner])
+    adjacent = abs(outer - inner) == 1
+    camel = left.isalpha() and right.isalpha() and left.islower() and right.isupper() and not is_cjk(left)
+    return not (adjacent and camel)
 
 
-def _quoted(text: str) -> str | None:
-    found = [m for rx in _QUOTE_RES if (m := rx.search(text))]
-    if not found:
+def lookalike(match: Match) -> str | None:
+    """Why ``match`` is a look-alike of its label rather than the label itself ("Save as", "Unsave", "Autosave" for
+    "Save"; "Photo" for "Photos"), or None when it is the label.
+
+    The label is itself when it is the whole line, or when whatever else the line holds is a separate element: text
+    beyond an element-sized gap (``ELEMENT_GAP``), or a label joined at a camel-case seam with no gap at all (a
+    menu bar read as "FileEditView"); icons and punctuation around it do not count. A fuzzy match whose text only
+    adds or drops letters at one end of the label ("report" for "Reports") is a different word, not a misreading.
+    """
+    if match.tier is Tier.LINE:
         return None
-    label = min(found, key=lambda m: m.start()).group(1).strip()
-    return label or None
-
-
-def _strip_role(phrase: str) -> str:
-    for rx in (_ROLE_LATIN, _ROLE_CJK):
-        stripped = rx.sub("", phrase).strip()
-        if stripped != phrase and stripped:
-            return stripped
-    return phrase
-
-
-def parse_instruction(instruction: str) -> Instruction | None:
-    """The action and target label of a "click X"-style instruction, or None when it is not one."""
-    for rx, kind in _VERB_RES:
-        m = rx.match(instruction)
-        if m is None:
-            continue
-        rest = instruction[m.end() :].strip()
-        quoted = _quoted(rest)
-        if quoted is not None:
-            return Instruction(kind, quoted)
-        phrase = _LEADING_WORDS.sub("", _TRAILING_PUNCT.sub("", rest)).strip().strip(_STRAY_QUOTES).strip()
-        if not phrase:
-            return None
-        label = _strip_role(phrase)
-        return Instruction(kind, label, (phrase,) if label != phrase else ())
+    found = match.text
+    if match.tier is Tier.FUZZY:
+        a, b = normalize(match.label, Level.SPACELESS).text, normalize(found, Level.SPACELESS).text
+        short, long_ = sorted((a, b), key=len)
+        if short != long_ and (long_.startswith(short) or long_.endswith(short)):
+            return f"{found!r} is another word than {match.label!r}, not a misreading of it"
+    line = match.line
+    for side, inner, start in ((-1, match.start, match.start - 1), (1, match.end - 1, match.end)):
+        outer = _neighbour(line.text, start, side)
+        if outer is not None and _joined(line, inner, outer, side):
+            return f"{match.label!r} is part of the longer label {line.text.strip()!r}"
     return None

@@ -2,8 +2,10 @@
 and clicks the text the instruction names.
 
 It handles one kind of task, "click X" (and double-click, right-click, hover, tap, 点击 ...; see
-``policy.grounding.parse_instruction``): it finds X on the screen (ranking in ``policy.grounding``),
-acts once at the centre of X's box, and finishes on the next step. It never reads the DOM, so it
+``policy.instructions.parse_instruction``): it finds X on the screen (ranking in ``policy.grounding``),
+acts once at the centre of X's box, and finishes on the next step. When the screen holds only look-alikes of X
+("Save as", "Unsave" for "Save": ``policy.grounding.lookalike``) or nothing like it, X is absent and the decision
+is ``infeasible``. It never reads the DOM, so it
 works the same on any device that gives frames.
 
 RapidOCR (``pip install 'handeye[ocr]'``) ships its ONNX models inside the wheel, so nothing is
@@ -35,9 +37,10 @@ from policy.grounding import (
     OcrLine,
     Rect,
     find_target,
-    parse_instruction,
+    lookalike,
     spread_chars,
 )
+from policy.instructions import parse_instruction
 
 log = logging.getLogger(__name__)
 
@@ -316,15 +319,11 @@ class OcrPolicy:
         started = time.perf_counter()
         lines = await asyncio.to_thread(self.read, observation.frame)
         ocr_s = time.perf_counter() - started
-        match = find_target(parsed.labels, lines, self.config.fuzzy_threshold)
+        match = find_target(parsed.labels, lines, self.config.fuzzy_threshold, allow_lookalikes=False)
         info = {"ocr_s": round(ocr_s, 3), "lines": len(lines)}
         log.debug("OCR read %d lines in %.2f s; %r -> %r", len(lines), ocr_s, parsed.label, match and match.text)
         if match is None:
-            label = json.dumps(parsed.label, ensure_ascii=False)
-            action = Action(ActionKind.INFEASIBLE, text=f"could not find {label} on the screen (read: {_preview(lines)})")
-            raw = {"label": parsed.label, "matched": None, "read": [line.text for line in lines]}
-            raw_output = json.dumps(raw, ensure_ascii=False)
-            return Decision(action, raw_output=raw_output, model_input_size=(width, height), info=info)
+            return _absent(parsed.label, lines, self.config.fuzzy_threshold, (width, height), info)
         return Decision(
             Action(parsed.kind, point=_click_point(match.box, width, height)),
             raw_output=json.dumps(_summary(parsed.label, match), ensure_ascii=False),
@@ -332,6 +331,23 @@ class OcrPolicy:
             target_box=_normalized_box(match.box, width, height),
             info=info,
         )
+
+
+def _absent(label: str, lines: Sequence[OcrLine], fuzzy_threshold: float, size: tuple[int, int],
+            info: dict[str, Any]) -> Decision:
+    """The label is not on the screen: an ``infeasible`` decision naming the look-alike it refused, if any, and what
+    it read."""
+    quoted = json.dumps(label, ensure_ascii=False)
+    near = find_target(label, lines, fuzzy_threshold)
+    why = lookalike(near) if near is not None else None
+    if near is not None and why is not None:
+        text = f"could not find {quoted} on the screen, only a look-alike: {why}"
+    else:
+        text = f"could not find {quoted} on the screen (read: {_preview(lines)})"
+    raw = {"label": label, "matched": None, "lookalike": near.line.text if why and near else None,
+           "read": [line.text for line in lines]}
+    return Decision(Action(ActionKind.INFEASIBLE, text=text), raw_output=json.dumps(raw, ensure_ascii=False),
+                    model_input_size=size, info=info)
 
 
 def _already_acted(history: Sequence[HistoryEntry]) -> bool:

@@ -16,6 +16,10 @@ _ENVS = {
     "generated/form": ("type into one or two fields, then click Submit", {"task_kind": "form"}),
     "generated/form-zh": ("type into fields, then click Submit (Chinese)", {"task_kind": "form", "language": "zh"}),
     "generated/absent": ("the named widget is absent: the right answer is infeasible", {"task_kind": "absent"}),
+    "generated/phrasing": ("click a named widget, the instruction worded one of 21 ways (English)",
+                           {"phrasing": True}),
+    "generated/phrasing-zh": ("click a named widget, the instruction worded one of 16 ways (Chinese)",
+                              {"phrasing": True, "language": "zh"}),
 }
 
 _MAX_STEPS = {"click": 3, "form": 8, "absent": 3}

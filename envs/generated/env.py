@@ -45,8 +45,9 @@ class GeneratedEnv(OwnsDevice):
         form_factor: str = "desktop",
         device: PlaywrightDevice | None = None,
         env_name: str | None = None,
+        phrasing: bool = False,
     ) -> None:
-        self.params = ScreenParams(TaskKind(task_kind), difficulty, language, theme, form_factor)
+        self.params = ScreenParams(TaskKind(task_kind), difficulty, language, theme, form_factor, phrasing)
         self.name = env_name or f"generated/{task_kind}"
         self._adopt_device(device)
         self._rng = random.Random()
@@ -83,6 +84,7 @@ class GeneratedEnv(OwnsDevice):
             "target_ids": list(task.target_ids),
             "target_boxes": [list(self.screen.norm_box(t)) for t in task.target_ids],
             "seed": screen_seed,
+            **({"phrasing": task.phrasing} if task.phrasing else {}),
             "params": {k: (v.value if isinstance(v, TaskKind) else v) for k, v in asdict(self.params).items()},
         }
         return obs, info

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from envs.errors import EnvError
+from envs.generated.phrasing import forms
 
 
 class LayoutError(EnvError):
@@ -79,6 +80,8 @@ class ScreenParams:
     """light or dark."""
     form_factor: str = "desktop"
     """desktop (1280 x 800) or phone (390 x 844)."""
+    phrasing: bool = False
+    """Word a click task in one of the phrasing suite's forms (``envs.generated.phrasing``), by seed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_kind", TaskKind(self.task_kind))
@@ -127,6 +130,8 @@ class Task:
     """The label the instruction names (for an absent task, the missing one)."""
     distractor_ids: tuple[str, ...] = ()
     """Widgets with look-alike labels of the named one ("Save as" for "Save")."""
+    phrasing: str = ""
+    """The id of the phrasing suite's form the instruction uses, if it uses one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,8 @@ def _generate(seed: int, params: ScreenParams, attempt: int) -> Screen:
     plan: tuple[PlanStep, ...]
     roles_for_clutter = list(CLICKABLE) + [Role.BUTTON, Role.LINK]  # buttons and links are commonest
 
+    phrased = forms(params.language) if params.phrasing and params.task_kind is not TaskKind.FORM else ()
+    form = phrased[seed % len(phrased)] if phrased else None
     if params.task_kind is TaskKind.FORM:
         chosen = rng.sample(FIELDS, 1 if params.difficulty == "easy" else 2)
         filled = [(f[lang], rng.choice(f[2 + lang])) for f in chosen]
@@ -302,8 +309,10 @@ def _generate(seed: int, params: ScreenParams, attempt: int) -> Screen:
         named_label = SUBMIT[lang]
         target_role = Role.BUTTON
     else:
-        target_role = rng.choice(CLICKABLE)
-        instruction = _INSTRUCTIONS[params.language][target_role].format(named_label)
+        shown_roles = [r for r in CLICKABLE if r is not Role.ICON_BUTTON]  # an icon shows no label to read
+        target_role = Role(form.role) if form and form.role else rng.choice(shown_roles if form else CLICKABLE)
+        instruction = form.instruction(named_label) if form else _INSTRUCTIONS[params.language][target_role].format(
+            named_label)
         looks = list(named_entry[3])
         rng.shuffle(looks)
         # an absent target keeps at least one look-alike on screen from medium up: the hard negatives
@@ -336,7 +345,7 @@ def _generate(seed: int, params: ScreenParams, attempt: int) -> Screen:
     if missing:
         raise LayoutError(f"seed {seed} with {params}: no room for {missing}")
     width, height = params.size
-    task = Task(params.task_kind, instruction, target_ids, plan, named_label, tuple(looks_ids))
+    task = Task(params.task_kind, instruction, target_ids, plan, named_label, tuple(looks_ids), form.id if form else "")
     theme = dict(THEMES[params.theme], accent=rng.choice(ACCENTS))
     title = rng.choice(APP_TITLES)[lang]
     section = rng.choice(SECTION_TITLES)[lang]

@@ -18,6 +18,7 @@ from envs.conformance import ConformanceError, check_env
 from envs.wrappers import TimeLimit
 from envs.generated import GeneratedEnv
 from envs.generated.layout import DIFFICULTIES, FORM_FACTORS, Role, ScreenParams, TaskKind, generate
+from envs.generated.phrasing import PHRASINGS, forms
 from agent.oracles import GeneratedOracle as OraclePolicy
 from envs.registry import all_specs, make
 
@@ -98,6 +99,22 @@ def test_difficulty_and_language_change_the_screen():
 # -- in the browser ------------------------------------------------------------------------------
 _RECTS_JS = """() => Object.fromEntries([...document.querySelectorAll('[data-wid]')].map(el => {
   const b = el.getBoundingClientRect(); return [el.dataset.wid, [b.left, b.top, b.width, b.height]]; }))"""
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_phrasing_suite_cycles_its_forms_by_seed(language):
+    wording = forms(language)
+    assert len(PHRASINGS) >= 30 and len({p.id for p in PHRASINGS}) == len(PHRASINGS)
+    for seed in range(len(wording) + 1):
+        screen = generate(seed, ScreenParams(language=language, phrasing=True))
+        form = wording[seed % len(wording)]
+        assert screen.task.phrasing == form.id
+        assert screen.task.instruction == form.instruction(screen.task.named_label)
+        role = screen.widget(screen.task.target_ids[0]).role
+        assert role is Role(form.role) if form.role else role is not Role.ICON_BUTTON
+    # without the flag the screens are the ones they always were
+    plain = generate(3, ScreenParams(language=language))
+    assert plain.task.phrasing == "" and plain == generate(3, ScreenParams(language=language, phrasing=False))
 
 
 @pytest.mark.parametrize("params", [

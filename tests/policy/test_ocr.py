@@ -306,3 +306,23 @@ def test_lines_from_result_scales_back_and_handles_empty_results() -> None:
     assert line.box == Rect(20, 20, 60, 40)
     assert lines_from_result(SimpleNamespace(txts=None, boxes=None, scores=None, word_results=(("", 1.0, None),))) == []
     assert lines_from_result(SimpleNamespace()) == []
+
+
+def test_phrasings_people_use_on_generated_screens(policy: OcrPolicy) -> None:
+    # Three forms of the phrasing suite (seed s uses form s % forms): the full measurement per form is
+    # bench/phrasing.py (docs/benchmarks.md)
+    from envs.generated import GeneratedEnv
+
+    async def one(language: str, seed: int) -> tuple[str, bool]:
+        env = GeneratedEnv("click", language=language, phrasing=True)
+        try:
+            obs, info = await env.reset(seed=seed)
+            decision = await policy.decide(info["instruction"], (), obs)
+            assert decision.action is not None and decision.action.kind is ActionKind.CLICK, decision.raw_output
+            _, reward, *_ = await env.step(decision.action)
+            return info["phrasing"], reward == 1.0
+        finally:
+            await env.close()
+
+    results = [asyncio.run(one(lang, seed)) for lang, seed in (("en", 2), ("en", 8), ("zh", 2))]
+    assert results == [("en-toolbar", True), ("en-find-and-click", True), ("zh-settings-page", True)]
