@@ -78,7 +78,7 @@ def all_specs(suite: str | None = None) -> list[EnvSpec]:
     return [s for s in REGISTRY.values() if suite is None or s.suite == suite]
 
 
-SUITE_MODULES = ("envs.generated", "envs.miniwob", "envs.android", "envs.derived")
+SUITE_MODULES = ("envs.generated", "envs.miniwob", "envs.android", "envs.derived", "envs.desktop")
 """Modules whose import registers a suite's environments."""
 
 

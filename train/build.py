@@ -24,8 +24,9 @@ from train.trainable import Trainable
 
 if TYPE_CHECKING:
     from policy.backends.hf import TransformersBackend
+    from policy.presets import ModelPreset
 
-__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner"]
+__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner", "model_preset"]
 
 TargetText = Callable[[RolloutPrompt], str]
 """The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
@@ -48,6 +49,16 @@ def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersB
         with accelerator.main_process_first():
             return build_backend(config)
     from policy.backends.hf import TransformersBackend
+
+    m = config.model
+    path, preset = model_preset(config)
+    return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
+                               adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
+
+
+def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
+    """(what to load: a folder or a hub id, the preset) of ``config.model``, its pixel budget and think variant
+    applied. "tiny" is built under ``train.run_dir`` first (the same seed gives the same weights everywhere)."""
     from policy.presets import preset_for
 
     m = config.model
@@ -68,16 +79,12 @@ def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersB
         target = Path(config.train.run_dir) / "tiny-model"
         if not (target / "config.json").is_file():
             build_tiny_qwen25vl(target, seed=config.train.seed)
-        path = str(target)
         overrides.setdefault("min_pixels", 4 * 28 * 28)
         overrides.setdefault("max_pixels", 64 * 28 * 28)
         fmt = m.format or "infigui-g1"
-        preset = preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
-    else:
-        base = preset_for(m.path, m.format or None)
-        preset = preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
-    return TransformersBackend(path, preset=preset, device=m.device, dtype=m.dtype,
-                               adapter=m.adapter or None, adapter_version=Path(m.adapter).name if m.adapter else None)
+        return str(target), preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
+    base = preset_for(m.path, m.format or None)
+    return path, preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
 
 
 def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator: Any = None) -> Trainable:

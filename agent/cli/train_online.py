@@ -51,13 +51,13 @@ def main(args: argparse.Namespace) -> int:
     from agent.online import OnlineError
 
     try:
-        config, online = _settings(args)
+        config, online = session_settings(args)
     except (ConfigError, OnlineError, ValueError) as exc:
         return print_error(str(exc))
-    return _run(args, config, online)
+    return run_session(args, config, online)
 
 
-def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     """(training config, online settings): the flags given override the saved settings of a resumed session."""
     from agent.config import load_train_config
     from agent.errors import ConfigError
@@ -86,7 +86,9 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     return with_run_dir(config, "online"), OnlineConfig(**explicit)
 
 
-def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
+def run_session(args: argparse.Namespace, config: Any, online: Any, *, transport: Any = None) -> int:
+    """Run the session and print what it did; returns the exit code. ``transport``: the actors' and learner's
+    (default in-process; a fleet learner's is MQTT, ``agent learner``)."""
     from rich.console import Console
 
     from agent.online import OnlineError, OnlineSession
@@ -96,7 +98,7 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
 
     console = Console(stderr=True)
     try:
-        session = OnlineSession(config, online, resume=bool(args.resume),
+        session = OnlineSession(config, online, resume=bool(args.resume), transport=transport,
                                 progress=lambda line: console.print(plain(line), highlight=False))
         result = asyncio.run(session.run())
     except (OnlineError, CheckpointError, PolicyError, EnvError, ValueError) as exc:
@@ -111,7 +113,8 @@ def _run(args: argparse.Namespace, config: Any, online: Any) -> int:
     if result.stopped_by == "interrupted":
         from agent.signals import exit_code
 
-        console.print(f"resume with: agent train --online --resume {plain(result.run_dir)}")
+        again = "agent learner --broker ..." if online.remote_actors else "agent train --online"
+        console.print(f"resume with: {again} --resume {plain(result.run_dir)}")
         return exit_code(session.stop_signal) if session.stop_signal else EXIT_INTERRUPTED
     return EXIT_OK
 

@@ -79,6 +79,7 @@ class ActorPolicy:
         version = generation.adapter_version
         if version and (not self.versions or self.versions[-1] != version):
             self.versions.append(version)
+        self.actor.acting = version
         ctx.versions.acted(self.actor.name, _version_step(version), time.time(), ctx.alive_actors())
         messages, images = split_images(request.messages)
         image = images[0] if images else None
@@ -164,10 +165,10 @@ class ActorPolicy:
 class OnlineActor:
     """One actor: its own device, episode after episode, until the session stops or the actor is dropped."""
 
-    def __init__(self, ctx: ActorContext, index: int) -> None:
+    def __init__(self, ctx: ActorContext, index: int, name: str = "") -> None:
         self.ctx = ctx
         self.index = index
-        self.name = f"actor-{index}"
+        self.name = name or f"actor-{index}"
         self.device: Any = None
         self.env: Any = None
         self.clock: dict[str, float] = {}
@@ -182,13 +183,14 @@ class OnlineActor:
         self.state = "starting"
         self.episode_key = ""
         self.error = ""
+        self.acting: str | None = None
+        """The adapter version of this actor's latest decision (what its status reports)."""
 
     def status(self, state: str | None = None) -> None:
         if state is not None:
             self.state = state
-        current = self.ctx.follower.current
-        self.ctx.transport.set_status(ActorStatus(self.name, self.state, current.version if current else None,
-                                                  self.episodes, self.steps, self.restarts, self.error, time.time()))
+        self.ctx.transport.set_status(ActorStatus(self.name, self.state, self.acting, self.episodes, self.steps,
+                                                  self.restarts, self.error, time.time()))
 
     def send(self, message: GroupMessage | EpisodeMessage) -> None:
         """To the learner; nothing is sent once the transport is closed (the session is stopping)."""

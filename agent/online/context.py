@@ -12,6 +12,7 @@ import collections
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent.online.tasks import Jobs
@@ -111,6 +112,9 @@ class LearnerContext:
     alive_actors: Callable[[], list[str]]
     elapsed: Callable[[], float]
     """Acting wall time of the run so far."""
+    journal: Path | None = None
+    """Where the learner lists the id of every group message it took (first deliveries), when set (a fleet's
+    learner: the audit trail against each actor's ``produced.log``)."""
     demos: Any = None
     """Success replay (``agent.online.demos.DemoReplay``): recorded successes mixed into failing tasks' groups; None
     when ``online.demo_share`` is 0."""

@@ -94,7 +94,7 @@ class LearnerLoop:
                 msg = ctx.transport.receive_group(timeout=0.2)
             except TransportClosed:
                 return
-            groups = self.assembler.add(msg) if msg is not None else []
+            groups = self._assemble(msg) if msg is not None else []
             groups += self.assembler.expire()
             for g in groups:
                 count("samples_received", len(g))
@@ -136,6 +136,15 @@ class LearnerLoop:
             yield out[-1]
             # resumed when the trainer asks for the next batch: the update (and its hooks) ran in between
             self.learn_s += time.perf_counter() - t_last
+
+    def _assemble(self, msg: Any) -> list[list[TrainSample]]:
+        """``GroupAssembler.add``, and the message's id in the journal when it was a first delivery."""
+        duplicates = self.assembler.duplicates
+        groups = self.assembler.add(msg)
+        if self.ctx.journal is not None and self.assembler.duplicates == duplicates:
+            with open(self.ctx.journal, "a", encoding="utf-8") as f:
+                f.write(f"{msg.id} {msg.actor}\n")
+        return groups
 
     def after_update(self, step: int, metrics: dict[str, float]) -> None:
         """After every update (learner thread): publish vN, add the session's numbers to the metrics."""

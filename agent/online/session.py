@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import json
 import logging
 import math
 import shutil
-import statistics
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,103 +20,18 @@ from agent.online.context import ActorContext, ActorSettings, Counters, LearnerC
 from agent.online.curve import plot_online_curve
 from agent.online.demos import session_replay
 from agent.online.learner import LearnerLoop
+from agent.online.results import EpisodeStats, OnlineResult, finite, previous_curve
 from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, OnlineError, config_overrides,
                                    online_json)
 from agent.online.tasks import Jobs, LockedCurriculum, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
 from agent.signals import StopSignals, signal_name
-from envs.records import Outcome
 from envs.trajectory import RunWriter
 from train.adapters import AdapterStore
 from train.config import with_run_dir
-from train.messages import EpisodeMessage
 from train.transport import InProcessTransport, Transport
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class OnlineResult:
-    """What a session did."""
-
-    run_dir: Path
-    updates: int = 0
-    episodes: int = 0
-    successes: int = 0
-    steps: int = 0
-    wall_s: float = 0.0
-    """From the first actor step to the stop."""
-    stopped_by: str = ""
-    """learner-done, max-episodes, max-wall, interrupted, learner-error, or error (every actor dropped; an
-    environment without a step verifier under step-level groups)."""
-    samples: int = 0
-    """Samples the learner received."""
-    stale_dropped: int = 0
-    no_signal: int = 0
-    """Groups the learner dropped because every answer scored the same (nothing to learn from)."""
-    restarts: int = 0
-    dropped_actors: list[str] = field(default_factory=list)
-    refused_adapters: int = 0
-    versions: list[dict[str, Any]] = field(default_factory=list)
-    """Per published version: written_at, loaded_at, all_acting_at, propagation_s, verify_s, load_s."""
-    timings: dict[str, float] = field(default_factory=dict)
-    """Seconds per phase, summed over all actors' episodes."""
-    learn_s: float = 0.0
-    """Seconds the learner spent in updates."""
-    checkpoint: Path | None = None
-    report: Path | None = None
-    error: str | None = None
-
-    @property
-    def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["run_dir"] = str(self.run_dir)
-        out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
-        out["report"] = str(self.report) if self.report else None
-        out["success_rate"] = self.success_rate
-        out["steps_per_s"] = self.steps_per_s
-        return out
-
-
-@dataclass
-class _Stats:
-    """Episode outcomes as they arrive (the monitor's view), for the progress line, metrics and the curve."""
-
-    episodes: int = 0
-    successes: int = 0
-    steps: int = 0
-    outcomes: collections.Counter = field(default_factory=collections.Counter)
-    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
-    """The last 50 decided episodes' success (the progress line's rate)."""
-    rewards: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
-    timings: dict[str, float] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, m: EpisodeMessage) -> None:
-        with self.lock:
-            self.episodes += 1
-            self.steps += m.steps
-            self.outcomes[m.outcome] += 1
-            if m.outcome not in (Outcome.ABORTED.value, Outcome.INTERRUPTED.value):
-                ok = m.outcome == Outcome.SUCCESS.value
-                self.successes += ok
-                self.recent.append(ok)
-                self.rewards.append(m.reward or 0.0)
-            for k, v in m.timings.items():
-                self.timings[k] = self.timings.get(k, 0.0) + v
-
-    def snapshot(self) -> dict[str, float]:
-        with self.lock:
-            return {"episodes": self.episodes, "successes": self.successes, "steps": self.steps,
-                    "success_rate": sum(self.recent) / len(self.recent) if self.recent else math.nan,
-                    "reward_mean": statistics.fmean(self.rewards) if self.rewards else math.nan}
 
 
 class OnlineSession:
@@ -149,7 +61,7 @@ class OnlineSession:
         except KeyError as exc:
             raise OnlineError(str(exc)) from None
         runs_on = env_spec.device_kind or DEVICE_KINDS.get(env_spec.suite)  # derived tasks say theirs
-        if runs_on != online.device_kind:
+        if runs_on != online.device_kind and not online.remote_actors:  # a fleet's actors check their own
             raise OnlineError(f"{online.env} runs on a {runs_on or 'unknown'} device, not "
                               f"--device-kind {online.device_kind}" + (
                                   "; no registered environment runs on the desktop yet"
@@ -170,7 +82,7 @@ class OnlineSession:
         self.logits_processor_factory = logits_processor_factory
         self.session_id = f"s{int(time.time()):x}"
         self.clock = VersionClock(self.run_dir / "adapters.jsonl")
-        self.stats = _Stats()
+        self.stats = EpisodeStats()
         self.stopping = False
         self.stopped_by = ""
         self.stop_signal: int | None = None
@@ -187,12 +99,17 @@ class OnlineSession:
         self.trainer: Any = None
         self.learner: LearnerLoop | None = None
         self.backend: Any = None
-        self.follower: AdapterFollower
+        self.follower: AdapterFollower | None = None
+        self._acting: dict[str, int] = {}
+        """Remote actors: the adapter step each was last seen acting with (from its status)."""
         self.result = OnlineResult(self.run_dir)
 
     # -- small helpers used by actors ---------------------------------------------------------------------------------
 
     def alive_actors(self) -> list[str]:
+        if self.online.remote_actors:
+            return sorted(name for name, st in self.transport.statuses().items()
+                          if st.state in ("starting", "waiting", "running", "restarting"))
         return [a.name for a in self.actors if a.state not in ("dropped", "stopped")]
 
     def warn_once(self, key: str, message: str) -> None:
@@ -226,6 +143,7 @@ class OnlineSession:
 
     async def wait_ready(self) -> None:
         """Wait for the learner's first adapter version (every sample then carries a version)."""
+        assert self.follower is not None
         while not self.stopping:
             await self.follower.sync()
             if self.follower.ready.is_set():
@@ -267,13 +185,14 @@ class OnlineSession:
         if self.trainer.curriculum is not None:
             self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
         self.demos = session_replay(online, learner_backend, self.trainer.curriculum)  # None unless demo_share
-        # The actors' model: the same base weights, no adapter until the learner's first version arrives.
-        self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))
-        self.backend.logits_processor_factory = self.logits_processor_factory
-        preset = replace(self.backend.preset, decoding=Decoding(temperature=1.0, top_p=1.0,
-                                                                 max_new_tokens=cfg.rl.max_new_tokens))
-        # Temperature 1, top-p 1, no penalties: the behaviour log-probs are the model's own.
-        self.model_policy = ModelPolicy(self.backend, preset, n=cfg.rl.group_size)
+        if not online.remote_actors:
+            # The actors' model: the same base weights, no adapter until the learner's first version arrives.
+            self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))
+            self.backend.logits_processor_factory = self.logits_processor_factory
+            preset = replace(self.backend.preset, decoding=Decoding(temperature=1.0, top_p=1.0,
+                                                                     max_new_tokens=cfg.rl.max_new_tokens))
+            # Temperature 1, top-p 1, no penalties: the behaviour log-probs are the model's own.
+            self.model_policy = ModelPolicy(self.backend, preset, n=cfg.rl.group_size)
         store = AdapterStore(self.run_dir / "adapters", keep=online.keep_adapters)
         self.learner = LearnerLoop(self._learner_context(), self.trainer, store)
 
@@ -283,6 +202,7 @@ class OnlineSession:
             max_policy_lag=self.online.max_policy_lag, prompts_per_batch=self.config.rl.prompts_per_batch,
             stopping=lambda: self.stopping, request_stop=self.request_stop, counters=self.counters,
             episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed,
+            journal=self.run_dir / "received.log" if self.online.remote_actors else None,
             demos=getattr(self, "demos", None))
 
     def _actor_context(self) -> ActorContext:
@@ -359,16 +279,13 @@ class OnlineSession:
         self._stop = asyncio.Event()
         await asyncio.to_thread(self._setup)
         if self.resume:  # the curve goes on from where the earlier sessions of this run left it
-            self._offset_s, self._episode_offset = _previous(self.run_dir / "online.jsonl")
+            self._offset_s, self._episode_offset = previous_curve(self.run_dir / "online.jsonl")
             self._tell_when_no_checkpoint()
         self._save_session()
-        self.follower = AdapterFollower(self.backend, self.transport, self.clock, root=self.run_dir / "adapters")
-        self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
-        n = self.config.rl.group_size
-        self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level, n=n,
-                          batch=self.config.rl.prompts_per_batch, prefix=f"{self.session_id}/")
-        actor_context = self._actor_context()
-        self.actors = [OnlineActor(actor_context, i) for i in range(self.online.devices)]
+        if self.online.remote_actors:  # the actors are other processes: they act as soon as a version is out
+            self._t0 = time.perf_counter()
+        else:
+            self._local_actors()
         sigint = _install_sigint(loop, self)
         self.learner.start(loop)
         tasks = [asyncio.create_task(a.run(), name=a.name) for a in self.actors]
@@ -381,6 +298,27 @@ class OnlineSession:
         finally:
             await self._shutdown(tasks, monitor, sigint)
         return self._finish()
+
+    def _local_actors(self) -> None:
+        self.follower = AdapterFollower(self.backend, self.transport, self.clock, root=self.run_dir / "adapters")
+        self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
+        self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level,
+                         n=self.config.rl.group_size, batch=self.config.rl.prompts_per_batch,
+                         prefix=f"{self.session_id}/")
+        actor_context = self._actor_context()
+        self.actors = [OnlineActor(actor_context, i) for i in range(self.online.devices)]
+
+    def _remote_acting(self) -> None:
+        """Remote actors say in their status which version they act with since when: the propagation clock's
+        "acting with vN" (``VersionClock.acted``), as local actors report it directly."""
+        from train.learner import version_step
+
+        alive = self.alive_actors()
+        for name, status in self.transport.statuses().items():
+            step = version_step(status.version)
+            if step is not None and step != self._acting.get(name):
+                self._acting[name] = step
+                self.clock.acted(name, step, status.at, alive)
 
     def _tell_when_no_checkpoint(self) -> None:
         """A resumed run without a checkpoint starts from the base model again (v0): said, not silent."""
@@ -408,7 +346,7 @@ class OnlineSession:
                         "episode": self._episode_offset + snap["episodes"],
                         "actor": m.actor, "seed": m.seed, "episode_id": m.episode_id, "outcome": m.outcome,
                         "reward": m.reward, "steps": m.steps, "versions": list(m.versions),
-                        "update": self.trainer.step, "success_rate": _finite(snap["success_rate"]),
+                        "update": self.trainer.step, "success_rate": finite(snap["success_rate"]),
                         "group": m.group, "session": self.session_id}) + "\n")
                     curve.flush()
                 now = time.perf_counter()
@@ -421,7 +359,9 @@ class OnlineSession:
                     self.request_stop("max-episodes")
                 if o.max_wall_s and self._t0 is not None and time.perf_counter() - self._t0 >= o.max_wall_s:
                     self.request_stop("max-wall")
-                if all(t.done() for t in actor_tasks) and not self.stopping:
+                if self.online.remote_actors:
+                    self._remote_acting()
+                elif all(t.done() for t in actor_tasks) and not self.stopping:
                     errors = [a.error for a in self.actors if a.state == "dropped"]
                     self.fatal(OnlineError(f"every actor was dropped (last error: {errors[-1] if errors else '?'})"
                                            + (f"; the learner's checkpoints are in {self.run_dir}/checkpoints"
@@ -434,11 +374,12 @@ class OnlineSession:
 
     def _progress_line(self) -> str:
         snap = self.stats.snapshot()
-        samples = self.counters.snapshot().get("samples_sent", 0)
+        samples = self.counters.snapshot().get("samples_received" if self.online.remote_actors else "samples_sent", 0)
         elapsed = time.perf_counter() - self._t0 if self._t0 else 0.0
         rate = f"{snap['success_rate']:.0%}" if math.isfinite(snap["success_rate"]) else "-"
         reward = f"{snap['reward_mean']:.2f}" if math.isfinite(snap["reward_mean"]) else "-"
-        version = self.follower.current.version if self.follower.current else "-"
+        current = self.follower.current if self.follower is not None else self.transport.policy()
+        version = current.version if current else "-"
         per_s = (lambda n: n / elapsed) if elapsed else (lambda n: 0.0)
         updates = self.trainer.step if self.trainer else 0
         line = (f"{elapsed:6.0f}s  episodes {snap['episodes']}  success {rate} (last 50)  reward {reward}  "
@@ -467,7 +408,7 @@ class OnlineSession:
         await asyncio.gather(monitor, return_exceptions=True)
         sigint()
         self.result.wall_s = wall
-        if getattr(self, "follower", None) is not None:
+        if self.follower is not None:
             await self.follower.drain()
         if self.backend is not None:
             await self.backend.close()
@@ -486,7 +427,8 @@ class OnlineSession:
         r.no_signal = counts.get("groups_no_signal", 0)
         r.restarts = sum(a.restarts for a in self.actors)
         r.dropped_actors = [a.name for a in self.actors if a.state == "dropped"]
-        r.refused_adapters = len(self.follower.refused)
+        r.refused_adapters = (len(self.follower.refused) if self.follower is not None
+                              else sum(st.refused for st in self.transport.statuses().values()))
         r.versions = self.clock.rows()
         r.timings = {k: round(v, 4) for k, v in self.stats.timings.items()}
         r.learn_s = self.learner.learn_s if self.learner else 0.0
@@ -528,20 +470,3 @@ def _install_sigint(loop: asyncio.AbstractEventLoop, session: OnlineSession) -> 
         session.request_stop("interrupted")
 
     return StopSignals(first).install(loop).remove
-
-
-def _finite(x: float) -> float | None:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def _previous(path: Path) -> tuple[float, int]:
-    """(wall time, episodes) where the earlier sessions of this run left the curve."""
-    last, episodes = 0.0, 0
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                last, episodes = max(last, float(row["t"])), max(episodes, int(row["episode"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return last, episodes

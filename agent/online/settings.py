@@ -11,7 +11,7 @@ from typing import Any
 
 from agent.errors import OnlineError
 
-DEVICE_KINDS = {"generated": "web", "miniwob": "web", "android": "android"}
+DEVICE_KINDS = {"generated": "web", "miniwob": "web", "android": "android", "desktop": "desktop"}
 """The kind of device each environment suite runs on."""
 SESSION_FILE = "online.json"
 
@@ -62,6 +62,9 @@ class OnlineConfig:
     demo_below: float = 0.5
     """Success replay: a task is failing while its running success is below this (or the curriculum holds it as
     hard)."""
+    remote_actors: bool = False
+    """The actors run in other processes (``agent actor``) and reach this learner over the transport (a fleet,
+    docs/fleet.md); ``devices`` is then only how many the progress line expects."""
 
     def __post_init__(self) -> None:
         if self.devices < 1:

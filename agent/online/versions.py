@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,24 @@ class VersionClock:
 class AdapterFollower:
     """Keeps the actors' backend on the newest announced adapter: checks each version's bytes, loads it between
     two steps (one load at a time), and refuses a version whose files do not match its sha256 or whose
-    announcement points outside ``root``, the adapter store of this run (the only folder it reads adapters from)."""
+    announcement points outside ``root``, the adapter store of this run (the only folder it reads adapters from).
 
-    def __init__(self, backend: Any, transport: Transport, clock: VersionClock, *, root: Path) -> None:
+    A fleet actor passes ``fetch``, which brings an announced version from another machine into ``root`` and returns
+    its local ref (``agent.fleet.versions.fetch_version``); a fetch that fails with ``OSError`` (the learner's server
+    unreachable) is tried again ``retry_s`` later, the actors keeping their version meanwhile. ``load`` loads a
+    checked version into the backend (default ``train.adapters.load_verified``; a policy server has its own)."""
+
+    def __init__(self, backend: Any, transport: Transport, clock: VersionClock, *, root: Path,
+                 fetch: Callable[[AdapterRef], AdapterRef] | None = None,
+                 load: Callable[..., Any] = load_verified, retry_s: float = 2.0) -> None:
         self.backend, self.transport, self.clock = backend, transport, clock
         self.root = root
+        self.fetch, self.load, self.retry_s = fetch, load, retry_s
         self.current: AdapterRef | None = None
         self.refused: dict[str, str] = {}
         """"<step>:<sha256>" -> why, for versions that failed the check (never retried)."""
+        self.fetch_errors = 0
+        self._retry_at = 0.0
         self._loading: asyncio.Future[None] | None = None
         """The load in flight, shared by every actor that asks meanwhile. An actor cancelled while waiting (a
         restart, the session stopping) leaves it running: a load cut short would leave the version in the backend
@@ -100,7 +110,7 @@ class AdapterFollower:
 
     def _wanted(self) -> AdapterRef | None:
         ref = self.transport.policy()
-        if ref is None or _refusal_key(ref) in self.refused:
+        if ref is None or _refusal_key(ref) in self.refused or time.monotonic() < self._retry_at:
             return None
         if self.current is not None and (ref.step, ref.sha256) == (self.current.step, self.current.sha256):
             return None
@@ -123,7 +133,14 @@ class AdapterFollower:
         ref = self._wanted()
         while ref is not None:
             try:
-                times = await asyncio.to_thread(load_verified, self.backend, ref, root=self.root)
+                local = await asyncio.to_thread(self.fetch, ref) if self.fetch is not None else ref
+                times = await asyncio.to_thread(self.load, self.backend, local, root=self.root)
+            except OSError as exc:  # the version's server is unreachable: keep the version we have, ask again later
+                self.fetch_errors += 1
+                self._retry_at = time.monotonic() + self.retry_s
+                log.warning("cannot fetch adapter %s (%s); keeping %s, trying again in %.0f s", ref.version, exc,
+                            self.current.version if self.current else "the base weights", self.retry_s)
+                return
             except AdapterError as exc:  # a checksum mismatch or a path outside the store: refused, never retried
                 newer = self.transport.policy()
                 if newer is not None and newer.sha256 != ref.sha256:

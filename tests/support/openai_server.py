@@ -21,6 +21,15 @@ way vLLM does (``owned_by: "vllm"`` in ``/v1/models``) so clients use vLLM's ext
 - errors as vLLM sends them: ``{"object": "error", "message": ..., "type": ..., "code": ...}``
   (400 bad request, 404 unknown model, 500 generation failure)
 
+Runtime LoRA, as vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora`` (``runtime_lora=True``):
+
+- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` loads a peft adapter folder from this machine under
+  that name (400 "has already been loaded" for a name in use; 404 when runtime loading is off, as vLLM has no
+  such route then); ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` drops it (404 for an unknown name);
+- ``/v1/models`` lists the base model and every loaded adapter (``"parent"``: the base, as vLLM does), and a chat
+  request whose ``model`` names an adapter is answered with that adapter active (requests take turns, so each one
+  sees the adapter it named).
+
 Test hook (an extra body field, as vLLM's extensions are): ``"handeye_force_text": "..."`` makes
 every sample of that request exactly this text, by constrained decoding with
 ``policy.backends.hf.ForceTextLogitsProcessor`` (the random model would otherwise write noise).
@@ -106,10 +115,16 @@ class OpenAICompatServer:
     backend's ``logits_processor_factory`` (``for_model_dir`` wires this up)."""
 
     def __init__(self, backend: Any, model_name: str, *, host: str = "127.0.0.1", port: int = 0,
-                 forced: dict[int, str] | None = None) -> None:
+                 forced: dict[int, str] | None = None, runtime_lora: bool = True) -> None:
         self.backend = backend
         self.model_name = model_name
         self.forced = forced
+        self.runtime_lora = runtime_lora
+        self.adapters: dict[str, str] = {}
+        """Loaded LoRA adapters: name -> the path they were loaded from."""
+        self.served_by: list[str | None] = []
+        """Per chat request, the adapter that answered it (None: the base model)."""
+        self._turn: asyncio.Lock | None = None
         self.requests_served = 0
         self.last_request: GenerationRequest | None = None
         """The latest request as the backend got it (tests check the decoded images)."""
@@ -121,7 +136,7 @@ class OpenAICompatServer:
 
     @classmethod
     def for_model_dir(cls, path: str | Path, *, model_name: str | None = None, preset: ModelPreset | None = None,
-                      host: str = "127.0.0.1", port: int = 0) -> OpenAICompatServer:
+                      host: str = "127.0.0.1", port: int = 0, runtime_lora: bool = True) -> OpenAICompatServer:
         """Serve a Qwen2/2.5-VL checkpoint directory (e.g. ``policy.tiny.build_tiny_qwen25vl``)."""
         from policy.backends.hf import ForceTextLogitsProcessor, TransformersBackend
 
@@ -136,7 +151,7 @@ class OpenAICompatServer:
         backend = TransformersBackend(path, preset=preset, device="cpu", dtype="float32",
                                       logits_processor_factory=factory)
         holder["backend"] = backend
-        return cls(backend, model_name or str(path), host=host, port=port, forced=forced)
+        return cls(backend, model_name or str(path), host=host, port=port, forced=forced, runtime_lora=runtime_lora)
 
     @property
     def url(self) -> str:
@@ -165,8 +180,9 @@ class OpenAICompatServer:
     def complete(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise RequestError(400, "the request body must be a JSON object")
-        if body.get("model") != self.model_name:
-            raise RequestError(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        model = body.get("model")
+        if model != self.model_name and model not in self.adapters:
+            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
         if body.get("stream"):
             raise RequestError(400, "stream is not supported by this test server")
         n = body.get("n", 1)
@@ -189,7 +205,8 @@ class OpenAICompatServer:
                 raise RequestError(400, f"{FORCE_FIELD} needs a string and a server built with for_model_dir")
             self.forced[id(request)] = force
         try:
-            future = asyncio.run_coroutine_threadsafe(self.backend.generate([request]), self._loop)
+            adapter = model if model in self.adapters else None
+            future = asyncio.run_coroutine_threadsafe(self._generate_with(adapter, request), self._loop)
             (generation,) = future.result(timeout=120)
         except BackendError as e:
             raise RequestError(400, str(e)) from None
@@ -219,6 +236,60 @@ class OpenAICompatServer:
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
 
+    async def _generate_with(self, adapter: str | None, request: GenerationRequest) -> Any:
+        """Generate with ``adapter`` active (None: the base weights); one request at a time."""
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:
+            if adapter is None:
+                self.backend.disable_adapter()
+            else:
+                self.backend.use_adapter(adapter)
+            self.served_by.append(adapter)
+            return await self.backend.generate([request])
+
+    async def _load(self, name: str, path: str) -> None:
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:
+            self.backend.load_adapter(path, name)
+            self.adapters[name] = path
+
+    async def _unload(self, name: str) -> None:
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:
+            others = [a for a in self.adapters if a != name]
+            if self.backend.adapter_version == name:
+                if others:
+                    self.backend.use_adapter(others[0])
+                else:
+                    self.backend.disable_adapter()
+            if others or self.backend.adapter_version is not None:
+                self.backend.unload_adapter(name)
+            del self.adapters[name]  # the last one stays in memory, disabled: peft keeps one adapter
+
+    def lora(self, route: str, body: Any) -> dict[str, Any] | str:
+        """``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (see the module docstring)."""
+        if not isinstance(body, dict) or not isinstance(body.get("lora_name"), str):
+            raise RequestError(400, "the body needs lora_name (and lora_path to load)")
+        name = body["lora_name"]
+        if route == "/v1/load_lora_adapter":
+            if name in self.adapters or name == self.model_name:
+                raise RequestError(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+            path = body.get("lora_path")
+            if not isinstance(path, str) or not Path(path).is_dir():
+                raise RequestError(400, f"No adapter found for {path!r}", "NotFoundError")
+            try:
+                asyncio.run_coroutine_threadsafe(self._load(name, path), self._loop).result(timeout=120)
+            except BackendError as e:
+                raise RequestError(400, str(e)) from None
+            return f"Success: LoRA adapter '{name}' added successfully."
+        if name not in self.adapters:
+            raise RequestError(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+        asyncio.run_coroutine_threadsafe(self._unload(name), self._loop).result(timeout=60)
+        return f"Success: LoRA adapter '{name}' removed successfully."
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -244,14 +315,17 @@ class OpenAICompatServer:
                     self._send(200, {})
                 elif self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": [
-                        {"id": server.model_name, "object": "model", "owned_by": "vllm", "root": server.model_name}]})
+                        {"id": server.model_name, "object": "model", "owned_by": "vllm", "root": server.model_name},
+                        *({"id": name, "object": "model", "owned_by": "vllm", "root": path,
+                           "parent": server.model_name} for name, path in list(server.adapters.items()))]})
                 else:
                     self._error(404, f"no route {self.path}", "NotFoundError")
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                if self.path != "/v1/chat/completions":
+                lora = self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter") and server.runtime_lora
+                if self.path != "/v1/chat/completions" and not lora:
                     self._error(404, f"no route {self.path}", "NotFoundError")
                     return
                 try:
@@ -259,7 +333,7 @@ class OpenAICompatServer:
                         body = json.loads(raw)
                     except ValueError as e:
                         raise RequestError(400, f"the request body is not JSON: {e}") from None
-                    self._send(200, server.complete(body))
+                    self._send(200, server.lora(self.path, body) if lora else server.complete(body))
                 except RequestError as e:
                     self._error(e.status, str(e), e.kind)
                 except Exception as e:  # noqa: BLE001 - a server answers 500, it does not die

@@ -1,0 +1,93 @@
+"""``agent learner``: the learner of an online session as its own process, its actors on the bus (docs/fleet.md).
+
+    agent learner --broker mqtt://HOST:PORT --env generated/click [--config FILE] [--set ...] [--run-dir DIR]
+                  [--resume [RUN_DIR]] [--serve HOST:PORT] [--advertise URL] [--actors NAME,...]
+
+It is ``agent train --online`` without local actors: the same settings, run folder, checkpoints, ``--resume`` and
+progress line, with an MQTT transport (``agent.fleet.mqtt``) and an HTTP server for its adapter versions
+(``agent.fleet.versions``). ``agent.online`` is imported only when the session starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from typing import Any
+
+from agent.cli import train_online
+from agent.cli.common import add_set_option, print_error
+from agent.cli.fleet import add_bus_arguments, bus_settings
+
+NAME = "learner"
+
+
+def add_parser(sub: Any) -> None:
+    ln = sub.add_parser(NAME, help="the learner of a fleet: actors on other machines (agent actor) over MQTT",
+                        description=(
+        "The online learner as its own process: actors (agent actor, on any machine) send their samples over an "
+        "MQTT broker; after every update the learner publishes the new adapter version, signed with the fleet "
+        "key, and serves its files over HTTP. Settings, run folder and --resume as agent train --online "
+        "(docs/online.md); the fleet in docs/fleet.md."))
+    ln.add_argument("--config", help="training config file (TOML, see configs/train.toml); the same on every actor")
+    add_set_option(ln, "override one option, e.g. --set rl.group_size=8 (repeatable)")
+    ln.add_argument("--run-dir", metavar="DIR", help="the run folder (default: a new runs/online-<time>)")
+    ln.add_argument("--resume", nargs="?", const="auto", metavar="RUN_DIR",
+                    help="continue a stopped learner from its newest checkpoint (alone: --run-dir, else the newest "
+                         "runs/online-*)")
+    train_online.add_arguments(ln)
+    add_bus_arguments(ln)
+    fl = ln.add_argument_group("versions", "where actors fetch the adapter versions")
+    fl.add_argument("--serve", default="0.0.0.0:8765", metavar="HOST:PORT",
+                    help="address the version server listens on (default 0.0.0.0:8765; port 0: any free one)")
+    fl.add_argument("--advertise", default="", metavar="URL",
+                    help="the server's URL as actors reach it (default http://<this host's name>:PORT)")
+    fl.add_argument("--actors", default="", metavar="NAME,...",
+                    help="accept samples only from these actors (default: any actor that has published its status)")
+
+
+def _serve_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--serve {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def main(args: argparse.Namespace) -> int:
+    from agent.errors import ConfigError, FleetError
+    from agent.fleet.mqtt import MqttTransport
+    from agent.fleet.settings import check_actor_name
+    from agent.fleet.versions import VersionServer
+    from agent.online import OnlineError
+
+    args.online = True
+    try:
+        config, online = train_online.session_settings(args)
+        broker, key = bus_settings(args)
+        host, port = _serve_address(args.serve)
+        allow = tuple(check_actor_name(a.strip()) for a in args.actors.split(",") if a.strip())
+    except (ConfigError, OnlineError, FleetError, ValueError) as exc:
+        return print_error(str(exc))
+    online = replace(online, remote_actors=True)
+    from pathlib import Path
+
+    try:
+        server = VersionServer(Path(config.train.run_dir) / "adapters", host=host, port=port,
+                               advertise=args.advertise).start()
+    except OSError as exc:
+        return print_error(f"the version server cannot listen on {args.serve}: {exc.strerror or exc}; choose "
+                           f"another --serve HOST:PORT")
+    transport = MqttTransport(broker, role="learner", key=key, allow=allow, announce_url=server.url).start()
+    try:
+        code = train_online.run_session(args, config, online, transport=transport)
+    finally:
+        transport.close()
+        server.stop()
+    _write_counts(Path(config.train.run_dir), transport.counts_now())
+    return code
+
+
+def _write_counts(run_dir: Any, counts: dict[str, int]) -> None:
+    """What the bus refused and how often it reconnected, next to the session's summary."""
+    if run_dir.is_dir():
+        (run_dir / "fleet.json").write_text(json.dumps({"counts": counts}, indent=1) + "\n", encoding="utf-8")

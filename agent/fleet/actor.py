@@ -1,0 +1,244 @@
+"""``agent actor``: one device on the bus. The same ``OnlineActor`` as in one process, given a context whose
+transport is MQTT, whose versions come over HTTP, and whose task seeds are its own.
+
+What the process holds (``FleetActor``): its run folder (``runs/actor-<name>``: episodes as in any run, ``spool/``
+with the messages the broker has not acknowledged and ``produced.log``, ``adapters/`` with the versions it fetched),
+an ``MqttTransport`` in the actor role, the model (in this process, or a policy server through ``ServedAdapters``),
+an ``AdapterFollower`` that fetches each signed announcement's files from the learner and loads them between two
+steps, and the task stream: the actor draws seeds from the environment's seeds in its own seeded order (the
+session's ``data.seeds``), and at episode level runs the ``rl.group_size`` episodes of a group itself. The
+curriculum's hard-task replay is an in-process feature; a fleet learner does not steer actors.
+
+Backpressure: the actor pauses while ``max_pending`` messages wait in its spool (the broker is away or slow),
+so a long outage fills the spool slowly, not at full speed; a full spool stops the actor with ``SpoolFull``.
+Every status it publishes says which device it drives, on which host, its steps/s, refused versions and spool size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+import time
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agent.errors import OnlineError
+from agent.fleet.mqtt import MqttTransport
+from agent.fleet.settings import BrokerConfig, check_actor_name
+from agent.fleet.spool import Spool
+from agent.fleet.versions import fetch_version
+from agent.online.actors import OnlineActor
+from agent.online.context import ActorContext, ActorSettings, Counters
+from agent.online.settings import DEVICE_KINDS
+from agent.online.tasks import Jobs, TaskSampler
+from agent.online.versions import AdapterFollower, VersionClock
+from agent.signals import StopSignals
+from envs.trajectory import RunWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorOptions:
+    """One fleet actor's settings (the model and group size come from the training config)."""
+
+    name: str
+    env: str
+    device: str = "web"
+    """web, desktop or android."""
+    serial: str = ""
+    """android: the phone's adb serial."""
+    policy_url: str = ""
+    """An OpenAI-compatible server (vLLM) to act with, instead of the model in this process."""
+    run_dir: str = ""
+    """Default: runs/actor-<name> (continued when it exists: its spool is sent first)."""
+    group_level: str = "step"
+    max_steps: int = 0
+    max_restarts: int = 2
+    max_pending: int = 256
+    """Spooled messages at which the actor pauses until the broker has taken some."""
+    spool_mb: int = 2048
+    fsync: bool = False
+    max_episodes: int = 0
+    max_wall_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_actor_name(self.name)
+        if self.device not in ("web", "desktop", "android"):
+            raise ValueError(f"--device {self.device!r} is not web, desktop or android[:SERIAL]")
+        if self.group_level not in ("step", "episode"):
+            raise ValueError(f"group_level {self.group_level!r} is not step or episode")
+
+
+class ReportingClock(VersionClock):
+    """The actor's ``VersionClock``; when the actor first decides with a newer version it says so at once (its
+    status, with the time), so the learner can time "every actor acting with vN"."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.on_new_version: Any = None
+        self._step: int | None = None
+
+    def acted(self, actor: str, step: int | None, at: float, alive: Any) -> None:
+        super().acted(actor, step, at, alive)
+        if step is not None and step != self._step:
+            self._step = step
+            if self.on_new_version is not None:
+                self.on_new_version()
+
+
+class FleetActor:
+    """One actor process (see the module docstring). ``await run()`` until ``stop()`` or a limit."""
+
+    def __init__(self, config: Any, options: ActorOptions, broker: BrokerConfig, key: bytes) -> None:
+        runs_on = _device_kind(options.env)
+        if runs_on != options.device:
+            raise OnlineError(f"{options.env} runs on a {runs_on or 'unknown'} device, not --device {options.device}")
+        self.config, self.options, self.broker, self.key = config, options, broker, key
+        self.run_dir = Path(options.run_dir or f"runs/actor-{options.name}")
+        self.stopping = False
+        self.counters = Counters()
+        self._warned: set[str] = set()
+        self._fatal: BaseException | None = None
+        self._t0 = time.monotonic()
+        self.actor: OnlineActor | None = None
+        self.transport: MqttTransport | None = None
+        self.follower: AdapterFollower | None = None
+        self.backend: Any = None
+
+    def stop(self, reason: str = "") -> None:
+        if not self.stopping:
+            log.info("actor %s stopping%s", self.options.name, f" ({reason})" if reason else "")
+        self.stopping = True
+
+    def _fatal_error(self, error: BaseException) -> None:
+        self._fatal = self._fatal or error
+        log.error("%s", error)
+        self.stop("error")
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+
+    def _status_extras(self) -> dict[str, Any]:
+        o, a = self.options, self.actor
+        elapsed = time.monotonic() - self._t0
+        refused = (len(self.follower.refused) if self.follower else 0) + (
+            self.transport.counts_now().get("bad_signature", 0) if self.transport else 0)
+        return {"device": f"android:{o.serial}" if o.device == "android" and o.serial else o.device,
+                "host": socket.gethostname(), "refused": refused,
+                "steps_per_s": round(a.decisions / elapsed, 3) if a is not None and elapsed > 0 else 0.0}
+
+    def _build_model(self) -> tuple[Any, Any, Any]:
+        """(backend, model policy, the follower's load function)."""
+        from policy.model import ModelPolicy
+        from policy.presets import Decoding
+        from train.adapters import load_verified
+        from train.build import build_backend, model_preset
+
+        cfg = replace(self.config, model=replace(self.config.model, adapter=""))
+        if self.options.policy_url:
+            from agent.fleet.served import ServedAdapters, load_served
+
+            model_path, preset = model_preset(cfg)
+            backend: Any = ServedAdapters(self.options.policy_url, model_path, folder_root=self.run_dir / "served")
+            load: Any = load_served
+        else:
+            backend = build_backend(cfg)
+            preset, load = backend.preset, load_verified
+        preset = replace(preset, decoding=Decoding(temperature=1.0, top_p=1.0, max_new_tokens=cfg.rl.max_new_tokens))
+        return backend, ModelPolicy(backend, preset, n=cfg.rl.group_size), load
+
+    def _context(self, run: RunWriter, model_policy: Any, clock: VersionClock) -> ActorContext:
+        o, cfg = self.options, self.config
+        session_id = f"{o.name}-{int(time.time()):x}"
+        settings = ActorSettings(env=o.env, device_kind=o.device, serials=(o.serial,) if o.serial else (),
+                                 max_steps=o.max_steps, group_level=o.group_level, group_size=cfg.rl.group_size,
+                                 max_restarts=o.max_restarts, session_id=session_id)
+        seed = cfg.train.seed * 1_000_003 + zlib.crc32(o.name.encode())  # each actor its own order of the seeds
+        jobs = Jobs(TaskSampler(o.env, cfg.data.seeds, seed), None, level=o.group_level, n=cfg.rl.group_size,
+                    batch=1, prefix=f"{session_id}/")
+        return ActorContext(
+            settings=settings, run=run, jobs=jobs, policy=model_policy, follower=self.follower, versions=clock,
+            transport=self.transport, generate=self._generate, wait_for_room=self._wait_for_room,
+            wait_ready=self._wait_ready, stopping=lambda: self.stopping, alive_actors=lambda: [o.name],
+            counters=self.counters, warn_once=self._warn_once, fatal=self._fatal_error)
+
+    async def _generate(self, request: Any) -> Any:
+        (generation,) = await self.backend.generate([request])
+        return generation
+
+    async def _wait_for_room(self) -> None:
+        while not self.stopping and self.transport is not None and len(self.transport.spool) >= \
+                self.options.max_pending:
+            await asyncio.sleep(0.05)
+
+    async def _wait_ready(self) -> None:
+        assert self.follower is not None
+        while not self.stopping:
+            await self.follower.sync()
+            if self.follower.ready.is_set():
+                return
+            await asyncio.sleep(0.05)
+
+    def _open_run(self) -> RunWriter:
+        if (self.run_dir / "run.json").is_file():
+            return RunWriter.reopen(self.run_dir)
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        return RunWriter(self.run_dir.parent, {"kind": "fleet-actor", "actor": self.options.name,
+                                               "env": self.options.env, "broker": self.broker.url},
+                         run_id=self.run_dir.name)
+
+    async def run(self) -> int:
+        """Act until stopped; returns the episodes run. Raises the error that stopped it, if one did."""
+        o = self.options
+        run = self._open_run()
+        spool = Spool(self.run_dir / "spool", max_bytes=o.spool_mb << 20, fsync=o.fsync)
+        self.transport = MqttTransport(self.broker, role="actor", key=self.key, actor=o.name, spool=spool,
+                                       status_extras=self._status_extras).start()
+        signals = StopSignals(lambda signum: self.stop("signal")).install()
+        try:
+            self.backend, model_policy, load = await asyncio.to_thread(self._build_model)
+            clock = ReportingClock(self.run_dir / "adapters.jsonl")
+            self.follower = AdapterFollower(self.backend, self.transport, clock, root=self.run_dir / "adapters",
+                                            fetch=functools.partial(fetch_version, root=self.run_dir / "adapters"),
+                                            load=load)
+            self.actor = OnlineActor(self._context(run, model_policy, clock), 0, name=o.name)
+            clock.on_new_version = self.actor.status
+            log.info("actor %s on %s (%s) joins %s", o.name, o.env, o.device, self.broker.url)
+            task = asyncio.create_task(self.actor.run())
+            while not task.done() and not self.stopping and not self._limit_reached():
+                await asyncio.sleep(0.1)
+            self.stop("limit" if self._limit_reached() else "")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            signals.remove()
+            if self.follower is not None:
+                await self.follower.drain()
+            if self.backend is not None:
+                await self.backend.close()
+            await asyncio.to_thread(self.transport.close)
+        if self._fatal is not None:
+            raise self._fatal
+        return self.actor.episodes if self.actor else 0
+
+    def _limit_reached(self) -> bool:
+        o, a = self.options, self.actor
+        return bool((o.max_episodes and a is not None and a.episodes >= o.max_episodes)
+                    or (o.max_wall_s and time.monotonic() - self._t0 >= o.max_wall_s))
+
+
+def _device_kind(env: str) -> str:
+    from envs.registry import spec
+
+    try:
+        s = spec(env)
+    except KeyError as exc:
+        raise OnlineError(str(exc)) from None
+    return s.device_kind or DEVICE_KINDS.get(s.suite, "")

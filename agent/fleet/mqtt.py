@@ -1,0 +1,386 @@
+"""``MqttTransport``: the ``train.transport.Transport`` of a fleet, over an MQTT 3.1.1 broker (aiomqtt).
+
+One object per process, in one of three roles:
+
+- ``actor``: ``send`` encodes a message (``train.wire``) into the actor's disk spool (``agent.fleet.spool``) and
+  returns; a publisher sends the spool in order with QoS 1 and forgets each message when the broker acknowledges
+  it, so messages put while the broker is away wait on disk and go out, with the same bytes and ids, after the
+  reconnection (the learner drops a second delivery). ``set_status`` publishes the actor's retained status; the
+  broker publishes the actor's last will (state ``offline``) when its connection dies. ``policy()`` is the newest
+  announcement whose signature checks out under the fleet key (``agent.fleet.keys``).
+- ``learner``: a persistent session (a fixed client id, clean session off), so what actors publish while the learner
+  is away is queued by the broker and delivered when it comes back. Incoming payloads pass ``agent.fleet.inbox``
+  (size, schema, topic, known actors). ``announce`` signs the version and publishes it retained, its folder
+  replaced by the URL the learner serves it from (``agent.fleet.versions``).
+- ``observer`` (``agent fleet status``): reads the retained statuses and announcement.
+
+The MQTT client runs in a thread of its own with its own event loop, so the interface is the same plain,
+thread-safe calls as ``InProcessTransport``'s: actors call it from their event loop, the learner from its thread. The
+connection is retried forever with a backoff (0.2 s doubling to 5 s) until ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import queue
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agent.errors import BadSignature
+from agent.fleet.inbox import Inbox
+from agent.fleet.keys import sign, verify
+from agent.fleet.settings import BrokerConfig, Topics
+from agent.fleet.spool import Spool
+from train.adapters import AdapterRef
+from train.errors import TransportClosed, TransportError
+from train.messages import ActorStatus, EpisodeMessage, GroupMessage
+from train.wire import MAX_BYTES, encode_message
+
+log = logging.getLogger(__name__)
+
+_CLOSED = object()
+ROLES = ("actor", "learner", "observer")
+
+
+class MqttTransport:
+    """A transport over MQTT (see the module docstring). ``start()`` before use; ``close()`` when done."""
+
+    def __init__(self, broker: BrokerConfig, *, role: str, key: bytes | None = None, actor: str = "",
+                 spool: Spool | None = None, allow: tuple[str, ...] = (), announce_url: str = "",
+                 max_bytes: int = MAX_BYTES, window: int = 32, max_buffered: int = 64,
+                 status_extras: Callable[[], dict[str, Any]] | None = None) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if role == "actor" and (not actor or spool is None):
+            raise ValueError("an actor's transport needs its name and its spool")
+        self.broker, self.role, self.key, self.actor, self.spool = broker, role, key, actor, spool
+        self.topics = Topics(broker.prefix)
+        self.announce_url = announce_url.rstrip("/")
+        self.max_bytes, self.window, self.max_buffered = max_bytes, window, max_buffered
+        self.status_extras = status_extras
+        """Fields every status of this actor adds (device, host, steps/s, refused versions)."""
+        self.inbox = Inbox(self.topics, self._deliver, allow=allow, max_bytes=max_bytes)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._groups: queue.Queue[Any] = queue.Queue()
+        self._episodes: queue.Queue[Any] = queue.Queue()
+        self._statuses: dict[str, ActorStatus] = {}
+        self._policy: AdapterRef | None = None
+        self._retained: dict[str, bytes] = {}
+        self._closed = False
+        self._connected = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._inflight: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._thread: threading.Thread | None = None
+        tag = hashlib.sha256(broker.prefix.encode()).hexdigest()[:8]
+        self.client_id = {"actor": f"handeye-{tag}-actor-{actor}", "learner": f"handeye-{tag}-learner",
+                          "observer": f"handeye-{tag}-observer-{socket.gethostname()}-{id(self):x}"}[role][:128]
+
+    # -- life cycle ----------------------------------------------------------------------------------------------------
+
+    def start(self) -> MqttTransport:
+        """Start the client thread (the connection is made, and remade, in the background)."""
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._thread_main, args=(ready,), name=f"mqtt-{self.role}",
+                                        daemon=True)
+        self._thread.start()
+        ready.wait()
+        return self
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, flush_s: float = 10.0) -> None:
+        """Stop. An actor first gives the broker up to ``flush_s`` seconds to take its spool (what is left stays on
+        disk for the next start) and its last status; then the client says goodbye, so no last will is published."""
+        if self._closed:
+            return
+        self._closed = True
+        end = time.monotonic() + flush_s
+        while time.monotonic() < end and self.connected and (self.spool is not None and len(self.spool)
+                                                             or self._retained):
+            self._poke()
+            time.sleep(0.02)
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self._groups.put(_CLOSED)
+
+    def _poke(self) -> None:
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    # -- the Transport interface -----------------------------------------------------------------------------------
+
+    def send(self, message: GroupMessage | EpisodeMessage) -> None:
+        if self._closed:
+            raise TransportClosed("the transport is closed: the session is ending")
+        if self.spool is None:
+            raise TransportError(f"a {self.role}'s transport does not send samples or episodes")
+        if isinstance(message, GroupMessage):
+            topic = self.topics.samples(self.actor)
+        elif isinstance(message, EpisodeMessage):
+            topic = self.topics.episodes(self.actor)
+        else:
+            raise TransportError(f"send takes a GroupMessage or an EpisodeMessage, not {type(message).__name__}")
+        self.spool.put(topic, encode_message(message, max_bytes=self.max_bytes), message.id)
+        self._poke()
+
+    def set_status(self, status: ActorStatus) -> None:
+        if status.actor != self.actor and self.role == "actor":
+            raise TransportError(f"actor {self.actor!r} cannot publish the status of {status.actor!r}")
+        if self.status_extras is not None:
+            status = replace(status, **self.status_extras())
+        if self.spool is not None:
+            status = replace(status, spooled=len(self.spool))
+        with self._lock:
+            self._statuses[status.actor] = status
+            self._retained[self.topics.status(status.actor)] = encode_message(status, max_bytes=self.max_bytes)
+        self._poke()
+
+    def policy(self) -> AdapterRef | None:
+        with self._lock:
+            return self._policy
+
+    def pending_groups(self) -> int:
+        """Actor: messages in the spool not yet acknowledged by the broker; learner: group messages received and not
+        yet taken."""
+        return len(self.spool) if self.spool is not None else self._groups.qsize()
+
+    def announce(self, ref: AdapterRef) -> None:
+        if self._closed:
+            raise TransportClosed("the transport is closed: the session is ending")
+        if self.key is None:
+            raise TransportError("announcing a version needs the fleet key (HANDEYE_FLEET_KEY or --fleet-key)")
+        if self.announce_url:
+            ref = replace(ref, path=f"{self.announce_url}/{Path(ref.path).name}")
+        payload = encode_message(sign(ref, self.key), max_bytes=self.max_bytes)
+        with self._lock:
+            self._policy = ref
+            self._retained[self.topics.policy] = payload
+        self._poke()
+
+    def receive_group(self, timeout: float | None = None) -> GroupMessage | None:
+        try:
+            msg = self._groups.get(timeout=timeout) if timeout is None or timeout > 0 else self._groups.get_nowait()
+        except queue.Empty:
+            if self._closed:
+                raise TransportClosed("the transport is closed and no group is left") from None
+            return None
+        if msg is _CLOSED:
+            self._groups.put(_CLOSED)
+            raise TransportClosed("the transport is closed and no group is left")
+        return msg
+
+    def receive_episodes(self) -> list[EpisodeMessage]:
+        out = []
+        while True:
+            try:
+                out.append(self._episodes.get_nowait())
+            except queue.Empty:
+                return out
+
+    def statuses(self) -> dict[str, ActorStatus]:
+        with self._lock:
+            return dict(self._statuses)
+
+    def counts_now(self) -> dict[str, int]:
+        """Refusals (``agent.fleet.inbox``), bad signatures, reconnections, messages published."""
+        with self._lock:
+            return {**self.inbox.counts_now(), **self.counts}
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
+    def _deliver(self, kind: str, message: Any) -> None:
+        """Called by the inbox with each accepted message (in the client thread)."""
+        if kind == "samples":
+            self._groups.put(message)
+        elif kind == "episodes":
+            self._episodes.put(message)
+        elif kind == "status":
+            with self._lock:
+                self._statuses[message.actor] = message
+        elif kind == "policy" and self.role != "learner":
+            self._take_announcement(message)
+
+    def _take_announcement(self, announcement: Any) -> None:
+        if self.key is None:  # an observer without the key shows the version, unverified
+            with self._lock:
+                self._policy = announcement.ref
+            return
+        try:
+            ref = verify(announcement, self.key)
+        except BadSignature as exc:
+            self._count("bad_signature")
+            log.error("%s; keeping %s", exc, self._policy.version if self._policy else "no version")
+            return
+        with self._lock:
+            self._policy = ref
+
+    # -- the client thread ---------------------------------------------------------------------------------------
+
+    def _thread_main(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._wake, self._stop = asyncio.Event(), asyncio.Event()
+        ready.set()
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.close()
+
+    def _client(self, aiomqtt: Any) -> Any:
+        b = self.broker
+        will = None
+        if self.role == "actor":
+            last = ActorStatus(self.actor, "offline", error="the connection to the broker was lost (last will)",
+                               at=time.time(), host=socket.gethostname())
+            will = aiomqtt.Will(self.topics.status(self.actor), encode_message(last), qos=1, retain=True)
+        tls = ssl.create_default_context(cafile=b.ca_file or None) if b.tls else None
+        client = aiomqtt.Client(b.host, b.port, username=b.username, password=b.password, identifier=self.client_id,
+                                clean_session=self.role != "learner", keepalive=b.keepalive, will=will,
+                                tls_context=tls, max_inflight_messages=self.window, timeout=10,
+                                logger=logging.getLogger("agent.fleet.paho"))
+        client.pending_calls_threshold = self.window + 16  # a full publishing window is normal, not a warning
+        return client
+
+    async def _main(self) -> None:
+        import aiomqtt
+
+        backoff, ever = 0.2, False
+        assert self._stop is not None
+        while not self._stop.is_set():
+            try:
+                async with self._client(aiomqtt) as client:
+                    self._connected.set()
+                    self._count("reconnects" if ever else "connects")
+                    if ever:
+                        log.info("%s reconnected to %s", self.client_id, self.broker.url)
+                    ever, backoff = True, 0.2
+                    await self._subscribe(client)
+                    await self._serve(client)
+            except aiomqtt.MqttError as exc:
+                self._connected.clear()
+                self._cancel_publishes()
+                if self._stop.is_set():
+                    break
+                self._count("connection_errors")
+                log.warning("%s: broker %s unreachable (%s); retrying in %.1f s%s", self.client_id, self.broker.url,
+                            exc, backoff, f" ({len(self.spool)} messages spooled)" if self.spool is not None else "")
+                try:
+                    await asyncio.wait_for(self._stop.wait(), timeout=backoff)
+                except asyncio.TimeoutError:
+                    pass
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                self._connected.clear()
+
+    async def _subscribe(self, client: Any) -> None:
+        if self.role == "learner":
+            for topic in (self.topics.status(), self.topics.samples(), self.topics.episodes()):
+                await client.subscribe(topic, qos=1)
+        elif self.role == "observer":
+            await client.subscribe(self.topics.status(), qos=1)
+            await client.subscribe(self.topics.policy, qos=1)
+        else:
+            await client.subscribe(self.topics.policy, qos=1)
+
+    async def _serve(self, client: Any) -> None:
+        """Read and write until ``close`` (returns) or the connection drops (raises ``MqttError``)."""
+        assert self._stop is not None
+        reader = asyncio.create_task(self._read(client))
+        writer = asyncio.create_task(self._write(client))
+        stop = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait({reader, writer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (reader, writer):
+            if task not in done:
+                task.cancel()
+        await asyncio.gather(reader, writer, return_exceptions=True)
+        stop.cancel()
+        for task in done:
+            if task is not stop and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        await self._publish_retained(client)  # the actor's last status before its goodbye
+
+    async def _read(self, client: Any) -> None:
+        async for message in client.messages:
+            payload = message.payload if isinstance(message.payload, (bytes, bytearray)) else b""
+            self.inbox.take(str(message.topic), bytes(payload))
+            while self.role == "learner" and self._groups.qsize() >= self.max_buffered:
+                await asyncio.sleep(0.02)  # the learner is behind: let the broker hold the rest
+
+    async def _write(self, client: Any) -> None:
+        assert self._wake is not None
+        window = asyncio.Semaphore(self.window)
+        while True:
+            self._wake.clear()
+            await self._publish_retained(client)
+            if self.spool is not None:
+                for entry in self.spool.entries():
+                    if entry.seq in self._inflight:
+                        continue
+                    await window.acquire()
+                    self._inflight.add(entry.seq)
+                    task = asyncio.create_task(self._publish(client, entry, window))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            self.inbox.expire()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _publish(self, client: Any, entry: Any, window: asyncio.Semaphore) -> None:
+        import aiomqtt
+
+        assert self.spool is not None
+        try:
+            await client.publish(entry.topic, self.spool.read(entry), qos=1, timeout=60)
+            self.spool.ack(entry)
+            self._count("published")
+        except aiomqtt.MqttError:
+            pass  # the connection is gone: the entry stays in the spool and goes out after the reconnection
+        finally:
+            self._inflight.discard(entry.seq)
+            window.release()
+
+    async def _publish_retained(self, client: Any) -> None:
+        with self._lock:
+            pending, self._retained = self._retained, {}
+        try:
+            for topic, payload in pending.items():
+                await client.publish(topic, payload, qos=1, retain=True, timeout=30)
+        except BaseException:
+            with self._lock:  # not sent: put back unless something newer replaced it meanwhile
+                for topic, payload in pending.items():
+                    self._retained.setdefault(topic, payload)
+            raise
+
+    def _cancel_publishes(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self._inflight.clear()

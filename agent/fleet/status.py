@@ -1,0 +1,55 @@
+"""``agent fleet status``: every actor of a session as its retained status says.
+
+Each actor publishes its status (state, device, host, adapter version, steps/s, episodes, spool, refused versions)
+retained, so a newcomer reads the latest of each at once; an actor whose connection died shows ``offline`` (its
+last will, which the broker published). ``last seen`` is the age of the newest status: an actor publishes one at
+every change of state and version and after every episode, so a ``running`` actor not seen for minutes is stuck or
+has an episode longer than that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from train.messages import ActorStatus
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def status_rows(statuses: dict[str, ActorStatus], *, now: float) -> list[dict[str, Any]]:
+    """One row per actor, by name."""
+    return [{"actor": s.actor, "state": s.state, "device": s.device, "host": s.host, "version": s.version,
+             "steps_per_s": s.steps_per_s, "episodes": s.episodes, "steps": s.steps, "restarts": s.restarts,
+             "spooled": s.spooled, "refused": s.refused, "last_seen_s": round(max(0.0, now - s.at), 1),
+             "error": s.error}
+            for s in sorted(statuses.values(), key=lambda s: s.actor)]
+
+
+def status_table(console: Any, broker: str, policy: str | None, rows: list[dict[str, Any]]) -> None:
+    """The rows as a table on ``console`` (rich)."""
+    from rich.table import Table
+
+    from agent.terminal import plain
+
+    console.print(f"{plain(broker)}: announced version {plain(policy or 'none yet')}, {len(rows)} actors")
+    if not rows:
+        console.print("no actor has published a status on this session's topics")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("actor", "state", "device", "host", "version", "steps/s", "episodes", "spooled", "refused",
+                   "last seen"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(plain(r["actor"]), plain(r["state"]), plain(r["device"] or "-"), plain(r["host"] or "-"),
+                      plain(r["version"] or "-"), f"{r['steps_per_s']:.2f}", str(r["episodes"]), str(r["spooled"]),
+                      str(r["refused"]), _age(r["last_seen_s"]))
+    console.print(table)
+    for r in rows:
+        if r["error"]:
+            console.print(f"  {plain(r['actor'])}: {plain(r['error'])}")
