@@ -6,6 +6,7 @@
     agent parse --format F --size WxH TEXT    show how a model's output is read and where it lands
     agent doctor               check that the browser, fonts and OCR models are in place
     agent eval | report | data show | envs | devices | train [--online]    (agent COMMAND --help)
+    agent learner | actor | fleet status    an online session across machines, over MQTT (docs/fleet.md)
 
 Exit codes: 0 success, claimed or planned (--dry-run); 1 the episode ended otherwise (failure, infeasible, truncated,
 aborted); 2 bad input (arguments, config, unwritable run folder); 130 interrupted by Ctrl-C.
@@ -21,12 +22,13 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
-from agent.cli import data, devices, doctor, envs, evaluate, parse, record, replay, report, run, show, train
+from agent.cli import (actor, data, devices, doctor, envs, evaluate, fleet, learner, parse, record, replay, report,
+                       run, show, train)
 from agent.cli.common import EXIT_USAGE, setup_logging
 
 # In the order ``agent --help`` lists them.
 COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (run, record, replay, show, doctor, evaluate, report, data, envs,
-                                                        devices, train, parse)}
+                                                        devices, train, learner, actor, fleet, parse)}
 
 
 def build_parser() -> argparse.ArgumentParser:
