@@ -17,9 +17,10 @@ distro=${ID:-unknown}
 
 # System packages: fonts (Latin and CJK, so Chinese pages render for the OCR policy), fontconfig,
 # python3-venv and python3-tk, the X tools the desktop device and its tests use (Xvfb, xdotool,
-# xclip, scrot), adb for Android, and on Debian the distribution's Chromium (Ubuntu's is a snap stub).
+# xclip, scrot), adb for Android, the MQTT broker and openssl the fleet's tests use (mosquitto,
+# mosquitto-clients for mosquitto_passwd), and on Debian the distribution's Chromium (Ubuntu's is a snap stub).
 apt_pkgs=(ca-certificates fontconfig fonts-dejavu-core fonts-noto-cjk python3-venv python3-tk
-          xvfb xdotool x11-utils xclip scrot adb)
+          xvfb xdotool x11-utils xclip scrot adb mosquitto mosquitto-clients openssl)
 [ "$distro" = "debian" ] && apt_pkgs+=(chromium)
 missing=()
 if command -v dpkg >/dev/null; then
