@@ -1,9 +1,8 @@
-"""train.transport: the messages of an online session, their wire codec (JSON header + binary image parts), the
-in-process transport across threads, and the learner's group assembly (parts, duplicates, expiry)."""
+"""train.transport: the in-process transport across threads, and the learner's group assembly (parts, duplicates,
+expiry); the wire codec is tests/train/test_wire.py's."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -11,11 +10,10 @@ import numpy as np
 import pytest
 
 from train.adapters import AdapterRef, _digest
-from train.samples import TrainSample
 from train.errors import TransportClosed, TransportError
 from train.messages import ActorStatus, EpisodeMessage, GroupMessage
+from train.samples import TrainSample
 from train.transport import GroupAssembler, InProcessTransport, Transport
-from train.wire import decode_message, encode_message
 
 MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click «OK» 好"}]}]
 
@@ -33,54 +31,6 @@ def group(key: str, n: int, *, parts: int = 1, level: str = "step", image: np.nd
     return GroupMessage(id=mid or key, actor="actor-0", group=key, parts=parts, level=level,
                         samples=tuple(sample(i, image, reward=float(i % 2), **origin) for i in range(n)),
                         created_at=12.5)
-
-
-def test_a_group_round_trips_with_its_shared_image_sent_once():
-    msg = group("g", 4)
-    data = encode_message(msg)
-    image_bytes = 28 * 56 * 3
-    assert image_bytes < len(data) < 2 * image_bytes + 8000  # four samples, one image part
-    back = decode_message(data)
-    assert isinstance(back, GroupMessage) and back.group == "g" and back.parts == 1 and back.level == "step"
-    for a, b in zip(msg.samples, back.samples):
-        assert np.array_equal(a.image, b.image) and b.image.dtype == np.uint8
-        assert (a.response_ids, a.behaviour_logprobs, a.reward, a.reward_parts, a.adapter_version, a.origin, a.id) == \
-               (b.response_ids, b.behaviour_logprobs, b.reward, b.reward_parts, b.adapter_version, b.origin, b.id)
-        assert b.messages == MESSAGES and b.frame_size == (1280, 800) and b.input_size == (56, 28)
-
-
-def test_every_message_kind_round_trips():
-    files = {"adapter_config.json": "a" * 64, "adapter_model.safetensors": "b" * 64}
-    for msg in (
-        EpisodeMessage(id="e1", actor="actor-1", env="generated/click", seed=7, episode_id="ep0003", outcome="success",
-                       reward=1.0, steps=2, versions=("learner@1", "learner@2"), started_at=1.0, ended_at=2.5,
-                       timings={"decide": 0.25, "act": 0.125}, group="s1/g0"),
-        ActorStatus("actor-1", "restarting", "learner@2", 3, 9, 1, "DeviceDisconnected: gone", 5.0),
-        AdapterRef("learner@2", 2, "/run/adapters/v000002", _digest(files), files, 99.0),
-    ):
-        assert decode_message(encode_message(msg)) == msg
-
-
-def test_bad_payloads_are_refused_with_a_reason():
-    data = encode_message(group("g", 2))
-    with pytest.raises(TransportError, match="exceeds the limit"):
-        encode_message(group("g", 2), max_bytes=1000)
-    with pytest.raises(TransportError, match="exceeds the limit"):
-        decode_message(data, max_bytes=100)
-    with pytest.raises(TransportError, match="too short"):
-        decode_message(b"\x00")
-    with pytest.raises(TransportError, match="header claims"):
-        decode_message(data[:20])
-    with pytest.raises(TransportError, match="does not fit"):
-        decode_message(data[:-10])  # the image part is cut off
-    header = json.dumps({"schema": 99, "type": "group", "body": {}, "parts": []}).encode()
-    with pytest.raises(TransportError, match="schema"):
-        decode_message(len(header).to_bytes(4, "big") + header)
-    header = json.dumps({"schema": 1, "type": "group", "body": {"id": "x"}, "parts": []}).encode()
-    with pytest.raises(TransportError, match="malformed group"):
-        decode_message(len(header).to_bytes(4, "big") + header)
-    with pytest.raises(TransportError, match="not JSON"):
-        decode_message((5).to_bytes(4, "big") + b"{nope")
 
 
 def test_the_in_process_transport_carries_messages_between_threads_and_over_the_wire():

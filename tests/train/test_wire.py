@@ -1,0 +1,108 @@
+"""train.wire: the bus codec of an online session's messages (JSON header + binary image parts): every kind round
+trips, and a payload from another machine is refused with a reason when it is oversized, malformed, of another
+schema, or claims more parts, samples or pixels than the limits allow."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.train.test_transport import MESSAGES, group
+from train.adapters import AdapterRef, _digest
+from train.errors import TransportError
+from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage
+from train.wire import MAX_HEADER_BYTES, MAX_PARTS, READABLE, SCHEMA, decode_message, encode_message
+
+
+def raw(header: dict, parts: bytes = b"") -> bytes:
+    data = json.dumps(header).encode()
+    return len(data).to_bytes(4, "big") + data + parts
+
+
+def test_a_group_round_trips_with_its_shared_image_sent_once():
+    msg = group("g", 4)
+    data = encode_message(msg)
+    image_bytes = 28 * 56 * 3
+    assert image_bytes < len(data) < 2 * image_bytes + 8000  # four samples, one image part
+    back = decode_message(data)
+    assert isinstance(back, GroupMessage) and back.group == "g" and back.parts == 1 and back.level == "step"
+    for a, b in zip(msg.samples, back.samples):
+        assert np.array_equal(a.image, b.image) and b.image.dtype == np.uint8
+        assert (a.response_ids, a.behaviour_logprobs, a.reward, a.reward_parts, a.adapter_version, a.origin, a.id) == \
+               (b.response_ids, b.behaviour_logprobs, b.reward, b.reward_parts, b.adapter_version, b.origin, b.id)
+        assert b.messages == MESSAGES and b.frame_size == (1280, 800) and b.input_size == (56, 28)
+
+
+def test_every_message_kind_round_trips():
+    files = {"adapter_config.json": "a" * 64, "adapter_model.safetensors": "b" * 64}
+    for msg in (
+        EpisodeMessage(id="e1", actor="actor-1", env="generated/click", seed=7, episode_id="ep0003", outcome="success",
+                       reward=1.0, steps=2, versions=("learner@1", "learner@2"), started_at=1.0, ended_at=2.5,
+                       timings={"decide": 0.25, "act": 0.125}, group="s1/g0"),
+        ActorStatus("actor-1", "restarting", "learner@2", 3, 9, 1, "DeviceDisconnected: gone", 5.0),
+        ActorStatus("phone-7", "running", "learner@2", 3, 9, 0, "", 5.0, device="android:emulator-5554",
+                    host="lab-3", steps_per_s=1.5, refused=1, spooled=12),
+        AdapterRef("learner@2", 2, "/run/adapters/v000002", _digest(files), files, 99.0),
+        Announcement(AdapterRef("learner@2", 2, "http://gpu:8765/v000002", _digest(files), files, 99.0), "ab" * 8,
+                     "cd" * 32),
+    ):
+        assert decode_message(encode_message(msg)) == msg
+
+
+def test_bad_payloads_are_refused_with_a_reason():
+    data = encode_message(group("g", 2))
+    with pytest.raises(TransportError, match="exceeds the limit"):
+        encode_message(group("g", 2), max_bytes=1000)
+    with pytest.raises(TransportError, match="exceeds the limit"):
+        decode_message(data, max_bytes=100)
+    with pytest.raises(TransportError, match="too short"):
+        decode_message(b"\x00")
+    with pytest.raises(TransportError, match="header claims"):
+        decode_message(data[:20])
+    with pytest.raises(TransportError, match="does not fit"):
+        decode_message(data[:-10])  # the image part is cut off
+    header = json.dumps({"schema": 99, "type": "group", "body": {}, "parts": []}).encode()
+    with pytest.raises(TransportError, match="schema"):
+        decode_message(len(header).to_bytes(4, "big") + header)
+    header = json.dumps({"schema": 1, "type": "group", "body": {"id": "x"}, "parts": []}).encode()
+    with pytest.raises(TransportError, match="malformed group"):
+        decode_message(len(header).to_bytes(4, "big") + header)
+    with pytest.raises(TransportError, match="not JSON"):
+        decode_message((5).to_bytes(4, "big") + b"{nope")
+
+
+def test_a_status_of_an_older_writer_reads_with_defaults_for_the_new_fields():
+    body = {"actor": "a", "state": "running", "version": None, "episodes": 1, "steps": 2, "restarts": 0, "error": "",
+            "at": 3.0}
+    status = decode_message(raw({"schema": 1, "type": "status", "body": body, "parts": []}))
+    assert status == ActorStatus("a", "running", None, 1, 2, 0, "", 3.0) and status.device == "" == status.host
+
+
+def test_limits_on_decode_refuse_what_a_hostile_sender_could_claim():
+    assert SCHEMA in READABLE
+    with pytest.raises(TransportError, match="header of"):
+        decode_message((MAX_HEADER_BYTES + 1).to_bytes(4, "big") + b"{}")
+    parts = [{"shape": [1, 1, 3], "offset": 0, "length": 3}] * (MAX_PARTS + 1)
+    with pytest.raises(TransportError, match="at most"):
+        decode_message(raw({"schema": 1, "type": "group", "body": {}, "parts": parts}, b"abc"))
+    for shape in ([4], [2, 2, 2, 2], [0, 5, 3], [2, 2, 9], [100000, 1, 3]):
+        part = [{"shape": shape, "offset": 0, "length": int(np.prod(shape))}]
+        with pytest.raises(TransportError, match="not an image"):
+            decode_message(raw({"schema": 1, "type": "group", "body": {}, "parts": part}, b"x" * 64))
+    many = {"id": "x", "actor": "a", "group": "g", "parts": 1, "level": "step", "created_at": 0.0,
+            "samples": [{}] * 2000}
+    with pytest.raises(TransportError, match="at most 1024 samples"):
+        decode_message(raw({"schema": 1, "type": "group", "body": many, "parts": []}))
+    deep = b"[" * 100_000  # nested past the parser's recursion limit
+    with pytest.raises(TransportError, match="not JSON"):
+        decode_message(len(deep).to_bytes(4, "big") + deep)
+    with pytest.raises(TransportError, match="malformed"):
+        decode_message(raw({"schema": 1, "type": "status", "body": {"actor": "a"}, "parts": []}))
+    with pytest.raises(TransportError, match="unknown message type"):
+        decode_message(raw({"schema": 1, "type": "shell", "body": {}, "parts": []}))
+    with pytest.raises(TransportError, match="no wire format"):
+        encode_message("rm -rf /")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        GroupMessage("x", "a", "g", 1, "batch", ())
