@@ -22,6 +22,9 @@ class HistoryEntry:
     observation: Observation | None = None
     """The screen the action was chosen on; the loop keeps it for the last few steps only (families
     such as UI-TARS show the model its recent screenshots)."""
+    recorded: str = ""
+    """Earlier steps known only as text, as an offline benchmark records them ("Step 1: ...", with ``action``
+    None): GUI-R1, whose prompt holds its history as one string, shows it as it is (``agent.action_eval``)."""
 
 
 @dataclass(frozen=True, slots=True)

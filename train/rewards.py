@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from envs.action_bench.metrics import token_f1
 from policy.formats.base import MAX_OUTPUT_CHARS
 from train.collinear import is_collinear
 
@@ -289,22 +290,6 @@ F1_ACTIONS = frozenset({"type", "select", "scroll"})  # released accuracy: text 
 PAPER_TEXT_ACTIONS = F1_ACTIONS | {"open_app"}
 DEFAULT_TEXT = "no input text"
 CLICK_RADIUS_PX = 140.0
-
-
-def token_f1(pred: str, gt: str) -> float:
-    """GUI-R1 text match: lower-case, strip surrounding ``[``/``]``, whitespace-split
-    into token sets. Two single tokens where one contains the other score 1 (so
-    "a" vs "apple" is 1); otherwise set-overlap F1, 0 when nothing overlaps."""
-    p_tokens = pred.lower().strip().strip("[]").split()
-    g_tokens = gt.lower().strip().strip("[]").split()
-    if len(p_tokens) == 1 and len(g_tokens) == 1 and (p_tokens[0] in g_tokens[0] or g_tokens[0] in p_tokens[0]):
-        return 1.0
-    p_set, g_set = set(p_tokens), set(g_tokens)
-    common = len(p_set & g_set)
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p_set), common / len(g_set)
-    return 2 * precision * recall / (precision + recall)
 
 
 def _answer_text(response: str) -> str | None:

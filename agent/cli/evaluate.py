@@ -1,5 +1,6 @@
-"""``agent eval``: success rates of a policy on environments whose rewards are checked by code, or its accuracy on
-a grounding dataset (``--suite screenspot --data FILE``).
+"""``agent eval``: success rates of a policy on environments whose rewards are checked by code, its accuracy on
+a grounding dataset (``--suite screenspot --data FILE``), or its Type / GR / SR on GUI-R1's offline action
+benchmarks (``--suite actions --data FILE_OR_FOLDER``: ``agent.cli.eval_actions``).
 
 A model or OCR policy is built once and shared by every episode (one model in memory, one HTTP client); its
 backend is closed when the evaluation ends, however it ends (done, error, Ctrl-C). SIGTERM and SIGHUP stop it like
@@ -18,6 +19,8 @@ from typing import Any
 from agent.builders import build_policy, close_policy
 from agent.cli.common import (EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, eval_policy_arg, flag_overrides,
                               make_console, policy_overrides, positive_int, print_error, versions)
+from agent.cli.eval_actions import add_action_options
+from agent.cli.eval_actions import run_actions
 from agent.terminal import plain
 
 NAME = "eval"
@@ -32,8 +35,8 @@ def add_parser(sub: Any) -> None:
         "Run episodes of a suite's environments (or a grounding dataset), K at once, write their trajectories, "
         "print a success table with 95% confidence intervals and write report.html."))
     ev.add_argument("--suite", required=True,
-                    help="generated, miniwob, android, tasks (derived from demonstrations), or screenspot "
-                         "(with --data)")
+                    help="generated, miniwob, android, tasks (derived from demonstrations), screenspot (with --data) "
+                         "or actions (GUI-R1's offline action benchmarks, with --data)")
     ev.add_argument("--tasks", nargs="+", help="environment names or their short names (default: the whole suite)")
     ev.add_argument("--episodes", type=positive_int, default=10, help="episodes per environment (seeds 0..N-1)")
     ev.add_argument("--policy", type=eval_policy_arg, default=("ocr", ""), metavar="POLICY",
@@ -44,7 +47,9 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--parallel", type=positive_int, default=1, help="episodes run at once, each on its own device")
     ev.add_argument("--max-steps", type=positive_int, help="override each environment's step budget")
     ev.add_argument("--seed", type=int, default=0, help="first seed")
-    ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot")
+    ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot; action benchmark "
+                                   "files (.parquet / .jsonl, or a folder of them) for --suite actions")
+    add_action_options(ev)
     ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
     ev.add_argument("--config", help="config file (default: ./config.toml when present)")
     add_set_option(ev)
@@ -63,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config(config_path(args.config), overrides + list(args.overrides))
         if args.suite == "screenspot":
             return _grounding(args, cfg, kind)
+        if args.suite == "actions":
+            return run_actions(args, cfg, kind)
         names = [s.name for s in all_specs(args.suite)]
         if not names:
             from envs.registry import REGISTRY

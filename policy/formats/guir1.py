@@ -17,7 +17,8 @@ History
     wrote it between ``<answer>`` tags (the trained output grammar); a step whose action came from
     elsewhere (no parseable answer) is written in the same literal form from its unified action.
     Steps that were not executed (parse failures, refusals) changed nothing on screen and are left
-    out. No history gives ``'None'``, as in the released scripts.
+    out. No history gives ``'None'``, as in the released scripts. An entry with ``recorded`` text (an offline
+    benchmark's history string, ``agent.action_eval``) is written as it is.
 
 Output
     ``<think>...</think> <answer>[{'action': ..., 'point': [x, y], 'input_text': ...}]</answer>``.
@@ -232,6 +233,9 @@ def answer_from_action(action: Action, space: ModelSpace, actions: Sequence[str]
 def history_text(history: Sequence[HistoryEntry], space: ModelSpace, actions: Sequence[str]) -> str:
     parts = []
     for entry in history:
+        if entry.recorded:  # an offline benchmark's own history string, shown as the model was trained on it
+            parts.append(entry.recorded)
+            continue
         if not entry.executed or entry.action is None:
             continue
         answer = _answer_of(entry.raw_output) or answer_from_action(entry.action, space, actions)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from train.collinear import is_collinear
 from train.errors import UnknownReward
 from train.reward_registry import REWARDS, AnswerKind, get_reward
+from envs.action_bench.metrics import token_f1
 from train.rewards import (
     RewardResult,
     aepo_reward,
@@ -18,7 +19,6 @@ from train.rewards import (
     distance_to_box,
     guir1_reward,
     parse_point_list,
-    token_f1,
 )
 
 BOX = (10, 20, 30, 40)  # x1, y1, x2, y2
@@ -206,6 +206,7 @@ def test_aepo_rejects_bad_ground_truth():
         ("a", "apple", 1.0),  # single tokens, substring -> 1
         ("Apple", "a", 1.0),  # either direction, case-folded
         ("[Search]", "search", 1.0),  # brackets stripped
+        ("[up] [down]", "up down", 1.0),  # every bracket, as released (replace, not strip)
         ("abc", "xyz", 0.0),
         # {hello, world} vs {hello}: p = 1/2, r = 1 -> 2*(1/2)/(3/2) = 2/3
         ("hello world", "hello", 2 / 3),
