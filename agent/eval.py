@@ -308,10 +308,11 @@ def format_abstention(result: EvalResult) -> Any:
     rows = [a for a in result.abstention.values() if a.env != "overall" and (a.absent or a.abstained_wrongly)]
     if not rows:
         return None
-    table = Table(title="abstention (the target absent: infeasible or asking the user is right)",
+    table = Table(title="abstention: right where the target is absent, wrong where it is present",
                   header_style="bold", box=box.SIMPLE_HEAD)
-    for col in ("env", "target absent", "abstained", "95% CI", "target present", "abstained wrongly"):
-        table.add_column(col, justify="left" if col == "env" else "right", overflow="fold")
+    table.add_column("env", no_wrap=True, min_width=max(len(a.env) for a in rows))
+    for col in ("absent", "abstained", "95% CI", "present", "abstained"):
+        table.add_column(col, justify="right", overflow="fold")
     for a in rows:
         low, high = wilson_interval(a.abstained_correctly, a.absent)
         share = f"{a.abstained_correctly}/{a.absent} {a.abstained_correctly / a.absent:.0%}" if a.absent else "-"
