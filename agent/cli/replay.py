@@ -47,8 +47,6 @@ def fraction(text: str) -> float:
 
 
 def add_parser(sub: Any) -> None:
-    from agent.replay import BOX_TOLERANCE, FRAME_TOLERANCE
-
     rep = sub.add_parser(NAME, help="re-execute a recorded episode and report where the screen diverged",
                          description=(
         "Replay each recorded action (on the web at its recorded element where it is found again) through the "
@@ -61,10 +59,12 @@ def add_parser(sub: Any) -> None:
     rep.add_argument("--secret-for", type=secret_for_arg, action="append", default=[], metavar="SELECTOR=NAME",
                      help="type the secret NAME (config [secrets]) where the recording masked the text typed into "
                           "the element SELECTOR; repeatable. Without it such steps are skipped")
-    rep.add_argument("--frame-tolerance", type=fraction, default=FRAME_TOLERANCE,
-                     help=f"share of the screen that may differ before a step counts as diverged ({FRAME_TOLERANCE})")
-    rep.add_argument("--box-tolerance", type=fraction, default=BOX_TOLERANCE,
-                     help=f"share of the target box that may differ ({BOX_TOLERANCE})")
+    # Defaults resolved in main: agent.replay (frames, the runner) is too heavy to import for `agent --help`.
+    rep.add_argument("--frame-tolerance", type=fraction,
+                     help="share of the screen that may differ before a step counts as diverged "
+                          "(default: agent.replay.FRAME_TOLERANCE)")
+    rep.add_argument("--box-tolerance", type=fraction,
+                     help="share of the target box that may differ (default: agent.replay.BOX_TOLERANCE)")
     rep.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
     rep.add_argument("--yes", action="store_true", help="say yes to every action the guard would ask about")
     rep.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
@@ -137,7 +137,7 @@ def replay(cfg: Any, episode: Any, args: argparse.Namespace) -> int:
     """Replay ``episode`` on the configured device, print the table, write replay.json; the exit code."""
     from agent.builders import build_device, build_guard
     from agent.cli.run import stop_on_signals
-    from agent.replay import Tolerances, plan_replay, replay_episode
+    from agent.replay import BOX_TOLERANCE, FRAME_TOLERANCE, Tolerances, plan_replay, replay_episode
     from agent.secrets import Secrets, redact_logs
     from agent.summary import print_step
     from envs.records import Actor
@@ -167,7 +167,9 @@ def replay(cfg: Any, episode: Any, args: argparse.Namespace) -> int:
         stop = stop_on_signals(stopped_by.append)
         try:
             results.append(await replay_episode(
-                episode, plan, env, writer, tolerances=Tolerances(args.frame_tolerance, args.box_tolerance),
+                episode, plan, env, writer, tolerances=Tolerances(
+                    FRAME_TOLERANCE if args.frame_tolerance is None else args.frame_tolerance,
+                    BOX_TOLERANCE if args.box_tolerance is None else args.box_tolerance),
                 secrets=secrets, guard=build_guard(cfg), person=terminal_person(), assume_yes=args.yes,
                 on_step=lambda s: print_step(console, s), stop=stop))
         finally:
