@@ -75,7 +75,46 @@ def resolve_typing(method: str) -> str:
 
 
 REMAP_PAUSE_S = 0.05
-"""Pause after each character xdotool types through a remapped keycode (see ``Keyboard.type_text``)."""
+"""How long a character typed through a remapped keycode keeps its mapping after its key (``RemappedTyper``)."""
+
+
+class RemappedTyper:
+    """Types characters the keyboard has no key for: a spare keycode is mapped to each one's keysym through the X
+    keyboard mapping, pressed and released through XTEST, and the mapping kept ``REMAP_PAUSE_S`` so the app reads the
+    key while it still means that character; the keycode is set back to nothing at the end."""
+
+    def __init__(self, display: str) -> None:
+        from Xlib import display as xdisplay
+
+        self.conn = xdisplay.Display(display)
+        self.keycode = self._spare()
+
+    def _spare(self) -> int:
+        first = self.conn.display.info.min_keycode
+        count = self.conn.display.info.max_keycode - first + 1
+        for offset, syms in enumerate(self.conn.get_keyboard_mapping(first, count)):
+            if not any(syms):
+                return first + offset
+        raise DeviceError("the X keyboard map has no spare keycode to type characters outside the keyboard with; "
+                          "set desktop.typing = 'clipboard'")
+
+    def type(self, text: str) -> None:
+        from Xlib import X
+        from Xlib.ext import xtest
+
+        try:
+            for char in text:
+                code = ord(char)
+                keysym = code if code < 0x100 else 0x01000000 | code  # X11's keysyms for Unicode
+                self.conn.change_keyboard_mapping(self.keycode, [(keysym, keysym)])
+                self.conn.sync()
+                xtest.fake_input(self.conn, X.KeyPress, self.keycode)
+                xtest.fake_input(self.conn, X.KeyRelease, self.keycode)
+                self.conn.sync()
+                time.sleep(REMAP_PAUSE_S)
+        finally:
+            self.conn.change_keyboard_mapping(self.keycode, [(0, 0)])
+            self.conn.sync()
 
 
 class Keyboard:
@@ -87,6 +126,7 @@ class Keyboard:
         self.config = config
         self.method = method
         """The typing method in use: "xdotool", "clipboard" or "keys"."""
+        self._typer: RemappedTyper | None = None
 
     def check_typable(self, text: str) -> None:
         """DeviceError naming the characters the typing method cannot type (only "keys" has any)."""
@@ -106,10 +146,14 @@ class Keyboard:
         env = {**os.environ, "DISPLAY": self.display}
         limit = self.config.action_timeout_s + len(text) * (self.config.type_delay_ms / 1000 + 0.02)
         if self.method == "xdotool":
-            # A character with no key on the keyboard is typed by remapping a spare keycode; when the next one
-            # remaps it again before the app read the first, the first is lost (seen on a busy X server). So ASCII
-            # goes in runs, and each other character alone, with a pause for the app to take it.
-            for run in re.findall(r"[\x00-\x7f]+|[^\x00-\x7f]", text):
+            # A character with no key on the keyboard needs a spare keycode mapped to it. xdotool maps, presses and
+            # unmaps within one call, and a busy app reads the key after the unmapping: the character is lost (seen
+            # under load: 第一行 arrived as 第行). So ASCII goes in runs through xdotool, and every other character
+            # through our own mapping, held until the app has had the key (RemappedTyper).
+            for run in re.findall(r"[\x00-\x7f]+|[^\x00-\x7f]+", text):
+                if not run.isascii():
+                    self._remapped().type(run)
+                    continue
                 cmd = ["xdotool", "type", "--clearmodifiers", "--delay", str(self.config.type_delay_ms), "--", run]
                 proc = subprocess.run(cmd, env=env, capture_output=True, timeout=limit)
                 if proc.returncode != 0:
@@ -117,8 +161,6 @@ class Keyboard:
                         f"xdotool could not type on {self.display}: {proc.stderr.decode(errors='replace').strip()}; "
                         "try desktop.typing = 'clipboard'"
                     )
-                if not run.isascii():
-                    time.sleep(REMAP_PAUSE_S)
         elif self.method == "clipboard":
             # xclip forks a child that serves the selection until another client takes it; that child
             # inherits stdout/stderr, so they must not be pipes we wait on.
@@ -135,6 +177,11 @@ class Keyboard:
             self.press(self.config.paste_keys, hotkey=True)
         else:
             self.pg.write(text)
+
+    def _remapped(self) -> RemappedTyper:
+        if self._typer is None:
+            self._typer = RemappedTyper(self.display)
+        return self._typer
 
     def _await_clipboard(self, text: str, env: dict[str, str]) -> None:
         """Wait until the clipboard holds ``text``: the xclip that serves it runs in the background, and a paste
