@@ -328,8 +328,7 @@ class PlaywrightDevice(AsyncContextDevice):
         for attempt in range(_CAPTURE_RETRIES + 1):
             try:
                 await self._sync_emulation()
-                send = self._cdp.send("Page.captureScreenshot", params)
-                reply = await self._call("take a screenshot", asyncio.wait_for(send, _CAPTURE_TRY_S))
+                reply = await self._call("take a screenshot", self._screenshot(params))
                 return base64.b64decode(reply["data"])
             except (DeviceDisconnected, DeviceTimeout):
                 if attempt == _CAPTURE_RETRIES or self._disconnected:
@@ -340,6 +339,10 @@ class PlaywrightDevice(AsyncContextDevice):
             await asyncio.sleep(0.05 * (attempt + 1))
             await self._reattach()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _screenshot(self, params: dict[str, Any]) -> Any:
+        # The CDP call is made here, inside the awaited coroutine, so a call refused up front leaves none behind.
+        return await asyncio.wait_for(self._cdp.send("Page.captureScreenshot", params), _CAPTURE_TRY_S)
 
     async def _reattach(self) -> None:
         """A new CDP session on the page (the old one may belong to a document a navigation replaced)."""
