@@ -15,9 +15,11 @@ import torch
 from train.config import TrainConfig
 from train.curriculum import ThresholdSchedule
 from train.data import GeneratedSource, GroundingSource, PromptSampler, RewardAdapter, TrajectorySource, reward_fn
+from train.data.actions import ActionSource
 from train.data.answers import answer_text
 from train.data.combine import Subset
 from train.learner import Learner
+from train.reward_registry import get_reward
 from train.samples import RolloutPrompt
 from train.sft import SupervisedLearner
 from train.trainable import Trainable
@@ -147,6 +149,9 @@ def build_data(config: TrainConfig, preset: Any) -> TrainData:
         held_src = None
     elif d.source == "trajectories":
         train_src = TrajectorySource(d.path, preset=preset, sft=config.train.stage == "sft")
+        held_src = None
+    elif d.source == "actions":
+        train_src = ActionSource(d.path, preset=preset, need_box=get_reward(d.reward).reads_point_list)
         held_src = None
     else:
         raise ValueError("data.source = \"samples\" trains on scored samples: use Trainer.run_stream "

@@ -19,7 +19,7 @@ __all__ = ["TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS", "RUN_KINDS", "
            "with_run_dir"]
 
 STAGES = ("sft", "rl", "rft")
-SOURCES = ("generated", "grounding", "trajectories", "samples")
+SOURCES = ("generated", "grounding", "trajectories", "actions", "samples")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +87,9 @@ class TrainModelConfig:
 @dataclass(frozen=True, slots=True)
 class DataConfig:
     source: str = "generated"
-    """Where prompts come from: generated (screens drawn live from envs/generated, rendered in Chromium), grounding (a ScreenSpot-style file or our JSONL), trajectories (recorded runs whose steps carry a target box), samples (scored TrainSample JSONL, trained on as is)."""
+    """Where prompts come from: generated (screens drawn live from envs/generated, rendered in Chromium), grounding (a ScreenSpot-style file or our JSONL), trajectories (recorded runs whose steps carry a target box), actions (GUI-R1-style action records: GUI-R1-3K's Parquet, a benchmark file, or an export of agent data export), samples (scored TrainSample JSONL, trained on as is)."""
     path: str = ""
-    """The grounding file, trajectories run folder or samples JSONL (not used by generated)."""
+    """The grounding file, trajectories run folder, action records (file or folder) or samples JSONL (not used by generated)."""
     seeds: int = 1000
     """generated: screens are drawn from seeds 0..seeds-1 (held-out screens use seeds above that)."""
     heldout_path: str = ""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from envs.errors import EnvError
 
-__all__ = ["BENCHMARKS", "Benchmark", "benchmark", "infer_benchmark"]
+__all__ = ["BENCHMARKS", "GENERIC", "Benchmark", "benchmark", "infer_benchmark"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("guiact-web", "GUI-Act-Web", "guiact_web_test", ("scroll", "click", "complete"), "guiact-web", "web",
               {"GUI-R1-3B": (89.86, 87.42, 76.31), "GUI-R1-7B": (90.85, 88.06, 80.31)}),
 )}
+
+
+GENERIC = Benchmark("actions", "GUI-R1-style action records", "", tuple(dict.fromkeys(
+    a for b in BENCHMARKS.values() for a in b.actions)), "high", "")
+"""Action records that are no benchmark (GUI-R1-3K's training file, an exported dataset): every name is known."""
 
 
 def benchmark(name: str) -> Benchmark:

@@ -13,6 +13,8 @@ the columns the released loaders read (``verl/utils/dataset.py``, ``guir1/infere
     group          optional: the platform, which the released scorer counts categories by
 
 JSONL: one object a line with the same fields, ``image`` a path relative to the JSONL's folder (or ``image_dir``).
+A Hugging Face dataset folder (``Dataset.save_to_disk``, as ``agent data export --format hf`` writes it) holds the
+same columns, its images read whole at load.
 
 Units: a file whose every non-negative ``gt_bbox`` number is at most 1 is normalized, any other is in pixels
 (``units`` forces one). Negative numbers are GUI-R1's "no location" (``[-100, -100]``). Bad rows never stop a load:
@@ -22,11 +24,12 @@ batch is evaluated (``iter_images``), so a test set of several GB is read a batc
 
 from __future__ import annotations
 
-import json
+import bisect
+import functools
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -34,13 +37,13 @@ import cv2
 import numpy as np
 
 from devices.bounded_json import loads_bounded, read_bounded
-from envs.action_bench.benchmarks import Benchmark, benchmark, infer_benchmark
+from envs.action_bench.benchmarks import GENERIC, Benchmark, benchmark, infer_benchmark
 from envs.errors import EnvError
 from envs.grounding import RejectedRecord, RejectKind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ActionDataset", "ActionRecord", "decode_image", "iter_images", "load_actions", "to_json_line"]
+__all__ = ["ActionDataset", "ActionRecord", "decode_image", "is_hf_folder", "iter_images", "load_actions", "read_image"]
 
 COLUMNS = ("instruction", "history", "task_type", "gt_action", "gt_bbox", "gt_input_text")
 INSTALL_HINT = "pip install 'handeye[data]' (pyarrow)"
@@ -64,6 +67,8 @@ class ActionRecord:
     """normalized or pixels."""
     image_path: Path | None = None
     """The image file (JSONL); None for Parquet, whose bytes are read by ``iter_images``."""
+    image_bytes: bytes | None = field(default=None, repr=False)
+    """The encoded image, for a Hugging Face dataset folder (read whole at load)."""
 
     def gt_point(self, size: tuple[int, int]) -> tuple[float, float] | None:
         """The released GR reference point, normalized: the first two numbers (a box's top-left corner); None when
@@ -100,7 +105,7 @@ def _text(value: Any, default: str = "") -> str:
 
 
 def _record(raw: dict[str, Any], file: Path, row: int, bench: Benchmark, units: str,
-            image_path: Path | None) -> ActionRecord:
+            image_path: Path | None, image_bytes: bytes | None = None) -> ActionRecord:
     """A record from one row's fields; ValueError saying what is wrong."""
     instruction, action = raw.get("instruction"), raw.get("gt_action")
     if not isinstance(instruction, str) or not instruction.strip():
@@ -117,7 +122,7 @@ def _record(raw: dict[str, Any], file: Path, row: int, bench: Benchmark, units: 
         history=_text(history, "None") if not isinstance(history, (list, tuple)) else str(list(history)),
         task_type=_text(raw.get("task_type")), gt_action=action.strip(), gt_numbers=tuple(float(v) for v in bbox),
         gt_text=_text(raw.get("gt_input_text"), "no input text"), group=_text(raw.get("group")) or bench.group,
-        units=units, image_path=image_path)
+        units=units, image_path=image_path, image_bytes=image_bytes)
 
 
 def _units(rows: Sequence[dict[str, Any]], forced: str) -> str:
@@ -146,6 +151,27 @@ def _parquet_rows(file: Path) -> list[dict[str, Any]]:
         return pq.read_table(file, columns=wanted).to_pylist()
     except Exception as e:  # pyarrow raises its own types for a broken file
         raise EnvError(f"{file} is not a readable Parquet file: {type(e).__name__}: {e}") from e
+
+
+def _hf_rows(folder: Path) -> list[dict[str, Any]]:
+    """The rows of a Hugging Face dataset folder (``Dataset.save_to_disk``; ``agent data export --format hf``),
+    images as their encoded bytes."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise EnvError(f"reading the dataset folder {folder} needs the datasets package ({e}); {INSTALL_HINT}") from e
+    try:
+        data = datasets.load_from_disk(str(folder))
+        if "image" in data.features:
+            data = data.cast_column("image", datasets.Image(decode=False))
+        return data.to_list()
+    except Exception as e:  # datasets raises its own types for a broken folder
+        raise EnvError(f"{folder} is not a readable dataset folder: {type(e).__name__}: {e}") from e
+
+
+def is_hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder ``Dataset.save_to_disk`` wrote."""
+    return path.is_dir() and (path / "dataset_info.json").is_file() and (path / "state.json").is_file()
 
 
 def _jsonl_rows(file: Path) -> list[dict[str, Any] | str]:
@@ -180,26 +206,33 @@ def _image_path(raw: dict[str, Any], root: Path) -> Path:
 
 
 def load_actions(path: str | Path, *, bench: str | None = None, units: str = "auto",
-                 image_dir: str | Path | None = None) -> list[ActionDataset]:
-    """Every benchmark file at ``path`` (a ``.parquet`` or ``.jsonl`` file, or a folder of them), each with the
-    benchmark ``bench`` names or its file name implies; EnvError when there is none or a benchmark is unknown."""
+                 image_dir: str | Path | None = None, any_records: bool = False) -> list[ActionDataset]:
+    """Every benchmark file at ``path`` (a ``.parquet`` or ``.jsonl`` file, a Hugging Face dataset folder, or a
+    folder of them), each with the benchmark ``bench`` names or its file name implies; EnvError when there is none
+    or a benchmark is unknown. ``any_records``: files that are no benchmark (training data, exported runs) are read
+    as ``GENERIC`` records."""
     root = Path(path)
     if not root.exists():
         raise EnvError(f"{root} does not exist")
-    files = [root] if root.is_file() else sorted(p for p in root.iterdir() if p.suffix in (".parquet", ".jsonl"))
+    if root.is_file() or is_hf_folder(root):
+        files = [root]
+    else:
+        files = sorted(p for p in root.iterdir() if p.suffix in (".parquet", ".jsonl") or is_hf_folder(p))
     if not files:
-        raise EnvError(f"{root} holds no .parquet or .jsonl file")
-    return [_load_file(f, bench, units, Path(image_dir) if image_dir else f.parent) for f in files]
+        raise EnvError(f"{root} holds no .parquet or .jsonl file and no dataset folder")
+    return [_load_file(f, bench, units, Path(image_dir) if image_dir else f.parent, any_records) for f in files]
 
 
-def _load_file(file: Path, bench: str | None, units: str, image_root: Path) -> ActionDataset:
-    found = benchmark(bench) if bench else infer_benchmark(file.name)
+def _load_file(file: Path, bench: str | None, units: str, image_root: Path, any_records: bool) -> ActionDataset:
+    found = benchmark(bench) if bench else infer_benchmark(file.name) or (GENERIC if any_records else None)
     if found is None:
         raise EnvError(f"cannot tell which benchmark {file.name} is: name it with --benchmark "
                        f"(androidcontrol-low, androidcontrol-high, guiodyssey, omniact-web, omniact-desktop, "
                        f"guiact-web)")
-    if file.suffix == ".parquet":
-        rows: list[Any] = _parquet_rows(file)
+    if is_hf_folder(file):
+        rows: list[Any] = _hf_rows(file)
+    elif file.suffix == ".parquet":
+        rows = _parquet_rows(file)
     elif file.suffix == ".jsonl":
         rows = _jsonl_rows(file)
     else:
@@ -211,7 +244,10 @@ def _load_file(file: Path, bench: str | None, units: str, image_root: Path) -> A
             if isinstance(raw, str):
                 raise ValueError(raw)
             image = _image_path(raw, image_root) if file.suffix == ".jsonl" else None
-            records.append(_record(raw, file, row, found, unit, image))
+            data = _image_bytes(raw.get("image")) if is_hf_folder(file) else None
+            if is_hf_folder(file) and data is None:
+                raise ValueError("no image bytes")
+            records.append(_record(raw, file, row, found, unit, image, data))
         except ValueError as e:
             kind = RejectKind.MISSING_IMAGE if "does not exist" in str(e) else RejectKind.MALFORMED
             rejected.append(RejectedRecord(file, row, kind, str(e)))
@@ -244,7 +280,10 @@ def iter_images(dataset: ActionDataset, records: Sequence[ActionRecord], batch: 
     file's image column ``batch`` rows at a time."""
     if dataset.file.suffix != ".parquet":
         for r in records:
-            yield r, r.image_path.read_bytes() if r.image_path is not None and r.image_path.is_file() else None
+            if r.image_bytes is not None:
+                yield r, r.image_bytes
+            else:
+                yield r, r.image_path.read_bytes() if r.image_path is not None and r.image_path.is_file() else None
         return
     import pyarrow.parquet as pq
 
@@ -261,9 +300,35 @@ def iter_images(dataset: ActionDataset, records: Sequence[ActionRecord], batch: 
         yield r, None
 
 
-def to_json_line(record: ActionRecord, image: str) -> str:
-    """The record as a JSONL line of this module's format, its image at ``image`` (relative to the JSONL)."""
-    numbers = [int(v) if v.is_integer() and record.units == "pixels" else v for v in record.gt_numbers]
-    return json.dumps({"image": image, "instruction": record.instruction, "history": record.history,
-                       "task_type": record.task_type, "gt_action": record.gt_action, "gt_bbox": numbers,
-                       "gt_input_text": record.gt_text, "group": record.group}, ensure_ascii=False)
+@functools.lru_cache(maxsize=16)
+def _row_groups(file: str) -> tuple[int, ...]:
+    """The first row of each row group of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(file).metadata
+    starts, row = [], 0
+    for i in range(meta.num_row_groups):
+        starts.append(row)
+        row += meta.row_group(i).num_rows
+    return tuple(starts)
+
+
+@functools.lru_cache(maxsize=2)
+def _group_images(file: str, group: int) -> list[Any]:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(file).read_row_group(group, columns=["image"]).column(0).to_pylist()
+
+
+def read_image(record: ActionRecord) -> bytes | None:
+    """One record's encoded image, for random access (training prompts); a Parquet file is read a row group at a
+    time, the last two kept."""
+    if record.image_bytes is not None:
+        return record.image_bytes
+    if record.image_path is not None:
+        return record.image_path.read_bytes() if record.image_path.is_file() else None
+    starts = _row_groups(str(record.file))
+    group = bisect.bisect_right(starts, record.row) - 1
+    images = _group_images(str(record.file), group)
+    offset = record.row - starts[group]
+    return _image_bytes(images[offset]) if 0 <= offset < len(images) else None

@@ -9,6 +9,7 @@ ground truth in the model's coordinate space) and a stable ``origin["id"]``. Mod
 - ``grounding``: ``GroundingSource``, ScreenSpot / -v2 / -Pro files or our own JSONL, one prompt per row;
 - ``generated``: ``GeneratedSource``, generated screens rendered live in Chromium, one per seed, on the private
   event loop of ``background``;
+- ``actions``: ``ActionSource``, GUI-R1-style action records (GUI-R1-3K's Parquet, benchmark files, exported runs);
 - ``trajectories``: ``TrajectorySource``, GUI-R1-style step prompts from recorded runs (scored ``TrainSample``
   JSONL needs no source: ``train.samples.read_jsonl`` reads it and the trainer trains on it as it is);
 - ``combine``: ``ConcatSource`` (several sources as one) and ``Subset`` (a held-out split);
@@ -22,6 +23,7 @@ Sources that cannot produce any prompt raise ``PromptSourceError``; one item tha
 ``BadItem``, skipped and counted by the sampler (both in ``train.errors``).
 """
 
+from train.data.actions import ActionSource
 from train.data.answers import answer_text
 from train.data.combine import ConcatSource, Subset
 from train.data.generated import GeneratedSource
@@ -33,7 +35,7 @@ from train.data.trajectories import TrajectorySource, guir1_ground_truth
 from train.errors import BadItem, PromptSourceError
 
 __all__ = [
-    "BadItem", "ConcatSource", "GeneratedSource", "GroundingSource", "PromptSampler", "PromptSource",
+    "ActionSource", "BadItem", "ConcatSource", "GeneratedSource", "GroundingSource", "PromptSampler", "PromptSource",
     "PromptSourceError", "RewardAdapter", "Skipped", "Subset", "Target", "TrajectorySource", "answer_text",
     "build_prompt", "guir1_ground_truth", "reward_fn", "skip_counts",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 from devices.base import Box
 from devices.bounded_json import loads_bounded, read_bounded
 from envs.errors import EnvError
-from envs.grounding import RejectKind, image_size, load_grounding, read_rgb
+from envs.grounding import GroundingSample, RejectKind, image_size, load_grounding, read_rgb
 from policy.presets import ModelPreset
 from train.data.prompts import ListedItems, Skipped, build_prompt, make_target, resolve_preset
 from train.errors import BadItem, BadRow, PromptSourceError
@@ -156,6 +156,12 @@ class GroundingSource(ListedItems):
         if not self._items:
             shown = "; ".join(str(s) for s in self.skipped[:5]) or "the file holds no rows"
             raise PromptSourceError(f"no usable row in {self.path} ({len(self.skipped)} skipped: {shown})")
+
+    def grounding_samples(self) -> list[GroundingSample]:
+        """The usable rows as ``envs.grounding.GroundingSample``s (for ``agent data show``, which draws them)."""
+        return [GroundingSample(item.id, item.image_path, item.frame_size, item.instruction, item.box, "", "",
+                                "", negative=item.box is None, source="jsonl")
+                for item in self._items]
 
     def prompt(self, index: int) -> RolloutPrompt:
         item = self._items[index]
