@@ -111,14 +111,14 @@ class MqttTransport:
         return self._closed
 
     def close(self, flush_s: float = 10.0) -> None:
-        """Stop. An actor first gives the broker up to ``flush_s`` seconds to take its spool (what is left stays on
-        disk for the next start) and its last status; then the client says goodbye, so no last will is published."""
+        """Stop. An actor first gives the broker up to ``flush_s`` seconds to take its spool (reconnecting if it
+        must; what is left stays on disk for the next start) and its last status; then the client says goodbye, so no
+        last will is published."""
         if self._closed:
             return
         self._closed = True
         end = time.monotonic() + flush_s
-        while time.monotonic() < end and self.connected and (self.spool is not None and len(self.spool)
-                                                             or self._retained):
+        while time.monotonic() < end and (self.spool is not None and len(self.spool) or self._retained):
             self._poke()
             time.sleep(0.02)
         if self._loop is not None and self._stop is not None:

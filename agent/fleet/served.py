@@ -39,7 +39,7 @@ from train.adapters import AdapterRef, LoadTimes, load_verified
 
 log = logging.getLogger(__name__)
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_SAFE = re.compile(r"[^A-Za-z0-9_.@-]")
 
 
 class ServedAdapters:

@@ -32,24 +32,20 @@ def status_rows(statuses: dict[str, ActorStatus], *, now: float) -> list[dict[st
 
 
 def status_table(console: Any, broker: str, policy: str | None, rows: list[dict[str, Any]]) -> None:
-    """The rows as a table on ``console`` (rich)."""
-    from rich.table import Table
-
+    """The rows on ``console`` (rich), one line per actor (an error on the next)."""
     from agent.terminal import plain
 
     console.print(f"{plain(broker)}: announced version {plain(policy or 'none yet')}, {len(rows)} actors")
     if not rows:
         console.print("no actor has published a status on this session's topics")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("actor", "state", "device", "host", "version", "steps/s", "episodes", "spooled", "refused",
-                   "last seen"):
-        table.add_column(column, overflow="fold")
+    width = max(len(r["actor"]) for r in rows)
     for r in rows:
-        table.add_row(plain(r["actor"]), plain(r["state"]), plain(r["device"] or "-"), plain(r["host"] or "-"),
-                      plain(r["version"] or "-"), f"{r['steps_per_s']:.2f}", str(r["episodes"]), str(r["spooled"]),
-                      str(r["refused"]), _age(r["last_seen_s"]))
-    console.print(table)
-    for r in rows:
+        where = f"{r['device'] or '?'}" + (f" on {r['host']}" if r["host"] else "")
+        extra = "".join(f", {r[k]} {label}" for k, label in (("spooled", "spooled"), ("refused", "refused"))
+                        if r[k])
+        console.print(f"{plain(r['actor']):<{width}}  {plain(r['state']):<10} {plain(where)}  "
+                      f"{plain(r['version'] or 'no version')}  {r['steps_per_s']:.2f} steps/s  {r['episodes']} "
+                      f"episodes{extra}  seen {_age(r['last_seen_s'])}", soft_wrap=True)
         if r["error"]:
-            console.print(f"  {plain(r['actor'])}: {plain(r['error'])}")
+            console.print(f"{'':<{width}}  {plain(r['error'])}", soft_wrap=True)

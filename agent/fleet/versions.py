@@ -107,8 +107,8 @@ class VersionServer:
                         self.send_header("Content-Type", "application/octet-stream")
                         self.send_header("Content-Length", str(size))
                         self.end_headers()
+                        server.served += 1
                         shutil.copyfileobj(f, self.wfile, _CHUNK)
-                    server.served += 1
                 except FileNotFoundError:  # pruned between the check and the read
                     self.send_error(404, "no such version file")
                 except (BrokenPipeError, ConnectionResetError):

@@ -93,10 +93,10 @@ class AdapterFollower:
 
     def __init__(self, backend: Any, transport: Transport, clock: VersionClock, *, root: Path,
                  fetch: Callable[[AdapterRef], AdapterRef] | None = None,
-                 load: Callable[..., Any] = load_verified, retry_s: float = 2.0) -> None:
+                 load: Callable[..., Any] | None = None, retry_s: float = 2.0) -> None:
         self.backend, self.transport, self.clock = backend, transport, clock
         self.root = root
-        self.fetch, self.load, self.retry_s = fetch, load, retry_s
+        self.fetch, self.load, self.retry_s = fetch, load or load_verified, retry_s
         self.current: AdapterRef | None = None
         self.refused: dict[str, str] = {}
         """"<step>:<sha256>" -> why, for versions that failed the check (never retried)."""

@@ -73,7 +73,9 @@ class Mosquitto:
     def _write_config(self) -> None:
         data = self.folder / "data"
         data.mkdir(exist_ok=True)
-        lines = [f"listener {self.port} 127.0.0.1", "persistence true", f"persistence_location {data}/",
+        lines = ["user root"] if os.geteuid() == 0 else []  # as root, mosquitto would switch to a user that
+        # cannot read the test's private folder
+        lines += [f"listener {self.port} 127.0.0.1", "persistence true", f"persistence_location {data}/",
                  "max_queued_messages 0", "max_inflight_messages 64", f"log_dest file {self.folder}/mosquitto.log",
                  "log_type error", "log_type warning", "log_type notice"]
         if self.secure:

@@ -1,0 +1,169 @@
+"""The fleet's parts that need no broker: broker URLs and topics, the fleet key and signatures, the disk spool, the
+learner's inbox (what it refuses, counted), and adapter versions over HTTP (the server, the fetch and its checks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.errors import BadSignature, FleetError, SpoolFull
+from agent.fleet.inbox import Inbox
+from agent.fleet.keys import KEY_ENV, key_id, load_key, sign, verify, write_key
+from agent.fleet.settings import PASSWORD_ENV, Topics, check_actor_name, parse_broker
+from agent.fleet.spool import Spool, produced_ids
+from agent.fleet.versions import VersionServer, fetch_version
+from tests.support.light_actor import group_message
+from train.adapters import AdapterRef, AdapterStore, adapter_digest, verify_adapter
+from train.errors import AdapterChecksumError, AdapterPathError
+from train.messages import ActorStatus, EpisodeMessage
+from train.wire import encode_message
+
+KEY = bytes(range(32))
+
+
+def test_broker_urls_say_what_is_wrong(tmp_path, monkeypatch):
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    b = parse_broker("mqtt://lab-broker")
+    assert (b.host, b.port, b.prefix, b.tls, b.username, b.password) == ("lab-broker", 1883, "handeye/default",
+                                                                        False, None, None)
+    b = parse_broker("mqtts://actor-3@broker.example:9883/lab/run7")
+    assert (b.port, b.prefix, b.tls, b.username) == (9883, "lab/run7", True, "actor-3")
+    assert b.url == "mqtts://actor-3@broker.example:9883/lab/run7"
+    monkeypatch.setenv(PASSWORD_ENV, "s3cret")
+    assert parse_broker("mqtt://h").password == "s3cret"
+    (tmp_path / "pw").write_text("from-file\n")
+    assert parse_broker("mqtt://h", password_file=str(tmp_path / "pw")).password == "from-file"
+    for bad, why in (("http://h", "is not mqtt"), ("mqtt://u:pw@h", "carries a password"),
+                     ("mqtt://h/a/+/b", "no wildcards"), ("mqtt://h:99999", "mqtt://h:99999")):
+        with pytest.raises(FleetError, match=why.replace("+", r"\+")):
+            parse_broker(bad)
+    with pytest.raises(FleetError, match="CA certificate"):
+        parse_broker("mqtts://h", ca_file=str(tmp_path / "none.crt"))
+    for bad in ("", "a/b", "a+", "#", "-x", "x" * 65):
+        with pytest.raises(FleetError, match="topic level"):
+            check_actor_name(bad)
+    t = Topics("handeye/lab")
+    assert t.parse("handeye/lab/samples/phone-1") == ("samples", "phone-1")
+    assert t.parse("handeye/lab/policy") == ("policy", "")
+    assert t.parse("handeye/other/samples/a") == ("", "") == t.parse("handeye/lab/samples/a/b")
+
+
+def test_the_fleet_key_signs_announcements_and_a_forgery_is_refused(tmp_path, monkeypatch):
+    ref = AdapterRef("learner@3", 3, "http://gpu:8765/v000003", "ab" * 32, {"a.bin": "cd" * 32}, 12.5)
+    ann = sign(ref, KEY)
+    assert verify(ann, KEY) == ref
+    with pytest.raises(BadSignature, match="altered or forged"):
+        verify(replace(ann, ref=replace(ref, path="http://evil:80/v000003")), KEY)
+    with pytest.raises(BadSignature, match="another fleet key"):
+        verify(sign(ref, b"x" * 32), KEY)
+    with pytest.raises(BadSignature, match="altered or forged"):
+        verify(replace(sign(ref, b"x" * 32), key_id=key_id(KEY)), KEY)  # a forger who copies the fingerprint
+    path = tmp_path / "fleet.key"
+    fingerprint = write_key(path)
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and key_id(load_key(str(path))) == fingerprint
+    with pytest.raises(FleetError, match="exists"):
+        write_key(path)
+    os.chmod(path, 0o644)
+    with pytest.raises(FleetError, match="chmod 600"):
+        load_key(str(path))
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(FleetError, match="no fleet key"):
+        load_key()
+    monkeypatch.setenv(KEY_ENV, "short")
+    with pytest.raises(FleetError, match="at least 16"):
+        load_key()
+    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    assert load_key() == KEY
+
+
+def test_the_spool_keeps_messages_until_acknowledged_across_a_restart_and_says_when_it_is_full(tmp_path):
+    spool = Spool(tmp_path / "spool", max_messages=3, memory_bytes=10)
+    a = spool.put("p/samples/x", b"A" * 8, "m1")
+    b = spool.put("p/samples/x", b"B" * 30, "m2")  # over the memory budget: read back from disk
+    assert a.payload is not None and b.payload is None and spool.read(b) == b"B" * 30
+    spool.ack(a)
+    assert [e.topic for e in spool.entries()] == ["p/samples/x"] and len(spool) == 1
+    (tmp_path / "spool" / ".000000000009.tmp").write_bytes(b"half a message")  # a put cut short by kill -9
+    again = Spool(tmp_path / "spool", max_messages=3)  # the next start of the actor
+    (entry,) = again.entries()
+    assert again.read(entry) == b"B" * 30 and not list((tmp_path / "spool").glob(".*.tmp"))
+    c = again.put("p/episodes/x", b"C", "e1")
+    assert c.seq > entry.seq  # order goes on after the old ones
+    again.put("p/samples/x", b"D", "m3")
+    with pytest.raises(SpoolFull, match="3 messages.*Nothing was lost"):
+        again.put("p/samples/x", b"E", "m4")
+    assert produced_ids(tmp_path / "spool") == ["m1", "m2", "e1", "m3"]
+    with pytest.raises(SpoolFull, match="MB"):
+        Spool(tmp_path / "other", max_bytes=5).put("t", b"123456")
+
+
+def test_the_inbox_refuses_and_counts_what_it_cannot_take(caplog):
+    got: list[tuple[str, object]] = []
+    topics = Topics("p")
+    inbox = Inbox(topics, lambda kind, m: got.append((kind, m)), max_bytes=100_000, hold_s=5)
+    frame = np.zeros((24, 32, 3), np.uint8)
+    msg = encode_message(group_message("a1", 0, frame))
+    inbox.take("p/samples/a1", msg)  # before a1's status: held, not refused
+    assert got == [] and inbox.counts_now() == {}
+    inbox.take("p/status/a1", encode_message(ActorStatus("a1", "running")))
+    assert [k for k, _ in got] == ["status", "samples"]  # the status releases what was held
+    inbox.take("p/samples/a1", msg)  # a second delivery goes on: the GroupAssembler drops it
+    inbox.take("p/samples/a1", b"\x00\x00\x00\x05{nope")
+    inbox.take("p/samples/a1", b"x" * 200_000)
+    inbox.take("p/samples/a2", msg)  # a2 speaking as a1
+    inbox.take("p/status/a1", msg)  # samples on a status topic
+    inbox.take("q/samples/a1", msg)
+    inbox.take("p/samples/ghost", encode_message(group_message("ghost", 0, frame)))
+    episode = encode_message(EpisodeMessage("e1", "a1", "generated/click", 1, "ep0000", "failure", 0.0, 2))
+    inbox.take("p/episodes/a1", episode)
+    inbox.take("p/episodes/a1", episode)
+    inbox.expire(now=time.monotonic() + 10)  # ghost never published a status
+    counts = inbox.counts_now()
+    assert counts == {"malformed": 2, "oversize": 1, "impersonation": 1, "bad_topic": 1, "unknown_actor": 1,
+                      "duplicate_episodes": 1}
+    assert [k for k, _ in got] == ["status", "samples", "samples", "episodes"]
+    strict = Inbox(topics, lambda kind, m: got.append((kind, m)), allow=("a1",))
+    strict.take("p/samples/a3", encode_message(group_message("a3", 0, frame)))
+    assert strict.counts_now() == {"unknown_actor": 1}
+    assert "not in the learner's --actors list" in caplog.text
+
+
+def _published(tmp_path: Path) -> tuple[AdapterStore, AdapterRef]:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (src / "adapter_model.safetensors").write_bytes(os.urandom(200_000))
+    store = AdapterStore(tmp_path / "learner" / "adapters")
+    return store, store.publish_folder(src, "learner@1", 1)
+
+
+def test_versions_travel_over_http_and_are_checked_on_arrival(tmp_path):
+    store, ref = _published(tmp_path)
+    root = tmp_path / "actor" / "adapters"
+    with VersionServer(store.root, host="127.0.0.1", port=0) as server:
+        remote = replace(ref, path=f"{server.url}/v000001")
+        local = fetch_version(remote, root)
+        assert Path(local.path) == root / "v000001" and verify_adapter(local, root=root) == root / "v000001"
+        assert adapter_digest(root / "v000001")[0] == ref.sha256 and server.served == 2
+        assert fetch_version(ref, root) is ref  # a folder on this machine is not fetched
+        forged = replace(remote, files={**remote.files, "adapter_config.json": "0" * 64})
+        with pytest.raises(AdapterChecksumError, match="corrupt on the way"):
+            fetch_version(forged, tmp_path / "a2")
+        assert not (tmp_path / "a2" / "v000001").exists()  # nothing of a refused version is kept
+        with pytest.raises(AdapterChecksumError, match="404"):
+            fetch_version(replace(remote, path=f"{server.url}/v000009"), tmp_path / "a3")
+        for path in ("/../learner/adapters/v000001/adapter_config.json", "/v000001/../../x", "/etc/passwd",
+                     "/v000001/manifest.json/..", "/v000001"):
+            assert server.file_for(path) is None, path
+        with pytest.raises(AdapterPathError, match="plain names"):
+            fetch_version(replace(remote, files={"../evil": "0" * 64}), tmp_path / "a4")
+        with pytest.raises(AdapterPathError, match="version folder"):
+            fetch_version(replace(remote, path=f"{server.url}/etc"), tmp_path / "a5")
+    with pytest.raises(OSError):  # the server is gone: the follower keeps its version and tries again
+        fetch_version(remote, tmp_path / "a6", timeout_s=2)
