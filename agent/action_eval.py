@@ -6,8 +6,8 @@
 
 Each step is one decision on one screenshot: the instruction is the task; GUI-R1 models also get the record's
 history string as their prompt's history (``HistoryEntry.recorded``) and the benchmark's own action list (the
-preset's variant is set to the benchmark's), exactly as the released inference scripts prompt them; other
-families see the instruction alone. Decisions are made a batch at a time: a model policy's requests go to its
+preset's variant is set to the benchmark's), and see the screenshot at the released inference scripts' size (no
+training-size cap), exactly as those scripts prompt them; other families see the instruction alone. Decisions are made a batch at a time: a model policy's requests go to its
 backend in one ``generate`` call (the backends batch them), other policies decide the batch concurrently.
 
 What is scored: a GUI-R1 model's raw output read as the released scripts read it (``read_guir1_answer``), any other
@@ -29,17 +29,18 @@ from typing import Any
 from devices.base import Observation
 from envs.action_bench.benchmarks import Benchmark
 from envs.action_bench.mapping import Prediction, from_action, read_guir1_answer
-from envs.action_bench.metrics import CLICK_LIKE, TEXT_ACTIONS, Scores, StepScore, score_step, scores
+from envs.action_bench.metrics import Scores, StepScore, score_step, scores
 from envs.action_bench.records import ActionDataset, ActionRecord, decode_image, iter_images
 from envs.errors import EnvError
 from envs.grounding import RejectedRecord, RejectKind
 from policy.base import Decision, HistoryEntry, Policy
+from policy.coords import PreResize
 from policy.errors import PolicyParseError
 from policy.model import ModelPolicy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BenchResult", "ActionStepResult", "evaluate_actions"]
+__all__ = ["ActionStepResult", "BenchResult", "decide_batch", "evaluate_actions", "for_benchmark"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +120,11 @@ def _is_guir1(policy: Policy) -> bool:
 
 
 def for_benchmark(policy: Policy, bench: Benchmark) -> Policy:
-    """The policy to run on ``bench``: a GUI-R1 model gets the benchmark's prompt variant (its action list)."""
-    if _is_guir1(policy) and isinstance(policy, ModelPolicy) and policy.preset.variant != bench.variant:
-        return ModelPolicy(policy.backend, replace(policy.preset, variant=bench.variant), n=policy.n,
-                           fmt=policy.format)
+    """The policy to run on ``bench``: a GUI-R1 model gets the benchmark's prompt variant (its action list) and the
+    released inference scripts' image size (qwen-vl-utils' defaults, without the training cap of run time)."""
+    if _is_guir1(policy) and isinstance(policy, ModelPolicy):
+        preset = replace(policy.preset, variant=bench.variant, pre_resize=PreResize.NONE, pre_resize_pixels=0)
+        return ModelPolicy(policy.backend, preset, n=policy.n, fmt=policy.format)
     return policy
 
 
@@ -213,8 +215,3 @@ async def _run_batch(policy: Policy, pending: list[tuple[ActionRecord, bytes]], 
                            prediction.action, prediction.point, prediction.text)
         image = _save_image(data, out, len(result.steps))
         result.steps.append(ActionStepResult(record, prediction, score, size, image))
-
-
-def kinds_note() -> str:
-    """Which true actions GR and SR count (for tables)."""
-    return f"GR over {', '.join(CLICK_LIKE)}; SR over those and {', '.join(TEXT_ACTIONS)}"

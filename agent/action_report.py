@@ -10,7 +10,6 @@ the true action (green: its point, box and the 0.14 GR ellipse) and the predicte
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

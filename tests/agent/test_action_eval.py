@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.action_eval import evaluate_actions
+from agent.action_eval import evaluate_actions, for_benchmark
 from envs.action_bench.metrics import Counts
 from envs.action_bench.records import load_actions
 from policy.backends.base import Generation, GenerationRequest, Sample
@@ -91,6 +91,9 @@ def test_a_guir1_model_is_batched_prompted_and_read_as_released(tmp_path: Path) 
     # press_recent has no unified action, but the released reader reads it: a type hit on step 7
     assert result.steps[7].score.type_hit and result.steps[7].prediction.action == "press_recent"
     assert result.policy["variant"] == "guiodyssey"
+    # the released inference scripts send the screenshot without the training-size cap handeye applies at run time
+    big = for_benchmark(ModelPolicy(backend, preset), dataset.benchmark)
+    assert big.preset.space((1080, 2400)).input_size != preset.space((1080, 2400)).input_size
 
 
 def test_agent_eval_suite_actions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
