@@ -58,7 +58,7 @@ async def measure(per_form: int, parallel: int, runs_dir: str) -> dict:
         count = len(forms(language))
         result = await evaluate([env], lambda _env: policy, episodes=per_form * count, parallel=parallel,
                                 runs_dir=runs_dir, config={"bench": "phrasing"})
-        run_ids.append(str(result.run_dir))
+        run_ids.append(result.run_id)
         by_form: dict[str, list[bool]] = defaultdict(list)
         for episode in result.episodes:
             by_form[(episode.record.env or {}).get("phrasing", "?")].append(episode.success)
