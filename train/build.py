@@ -104,7 +104,7 @@ def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator
             total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, schedule=rl.schedule,
             gradient_checkpointing=m.gradient_checkpointing, freeze_vision=m.freeze_vision,
             lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets,
-            accelerator=accelerator, seed=config.train.seed)
+            shared_prefix=rl.shared_prefix, accelerator=accelerator, seed=config.train.seed)
     return SupervisedLearner(
         backend, finetune=m.finetune, lr=config.sft.lr or None, weight_decay=rl.weight_decay,
         max_grad_norm=rl.max_grad_norm, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,

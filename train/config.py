@@ -146,6 +146,9 @@ class RLConfig:
     """Linear learning-rate warm-up, in optimizer steps."""
     schedule: str = "constant"
     """Learning-rate schedule after warm-up: constant (both papers) or cosine."""
+    shared_prefix: bool = True
+    """Score the answers to one prompt as continuations of one pass over the prompt (same log-probs and gradients,
+    faster); false runs prompt + answer once per answer."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:

@@ -17,8 +17,12 @@ no reload. One ``step(groups)``:
    reference (with LoRA: the same model with the adapter switched off, no second copy; full fine-tuning keeps a
    frozen copy, made only when the KL is on), backward, gradient-norm clipping, one AdamW step and a scheduler step.
 
-Samples are forwarded one at a time and their gradients accumulated, each weighted by its share of the
-mini-batch's response tokens, which gives exactly the token-mean while holding only one sample's graph.
+Each sample's loss is weighted by its share of the mini-batch's response tokens, which gives exactly the token-mean
+over the mini-batch. By default (``shared_prefix``) the answers that share a prompt are scored together: the prompt
+runs once, the answers continue it in one batch on its KV cache, and one backward covers them (``train.prefix``);
+the prompt is encoded once per update, and with the vision tower frozen so is each image. With
+``shared_prefix=False`` samples are forwarded one at a time (prompt + answer), each with its own backward, holding
+only one sample's graph.
 
 Several processes: pass an ``accelerate.Accelerator``. Under ``accelerate launch`` each process gets its own share
 of groups; the per-process token shares are weighted by the global token count and the gradients are averaged by
@@ -47,6 +51,8 @@ import torch
 from policy.backends.base import GenerationRequest
 from policy.presets import Decoding
 from train.algos import grpo_advantages, kl_k3, policy_loss, rloo_advantages, token_logprobs, zero_std_groups
+from train.prefix import (ImageFeatures, UpdatePlan, encode_prompt, is_vision_parameter, prefix_logprobs,
+                          response_inputs, vision_frozen)
 from train.samples import RolloutPrompt, TrainSample, messages_with_image
 
 if TYPE_CHECKING:
@@ -70,30 +76,17 @@ _VERSION = re.compile(r"^(?P<name>.+)@(?P<step>\d+)$")
 def encode_example(backend: TransformersBackend, messages: list[dict[str, Any]], image: np.ndarray | None,
                    response_ids: Sequence[int]) -> tuple[dict[str, torch.Tensor], int]:
     """Model inputs for prompt + response, encoded exactly as the backend encodes a request (its processor and
-    chat template, the image as the model-input array), and the prompt length in tokens.
-
-    A vision placeholder token inside the response (a random or broken model can emit ``<|image_pad|>``) would make
-    the model look for image features that are not there; the pad token is fed in its place. Targets keep the
-    sampled ids (callers read them from the sample); only later tokens' context differs."""
-    from policy.backends.hf import split_images
-
-    msgs, images = split_images(messages_with_image(messages, image))
-    proc = backend.processor
-    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    enc = proc(text=[text], images=images or None, return_tensors="pt")
+    chat template, the image as the model-input array), and the prompt length in tokens. A vision placeholder in
+    the response is fed as the pad token (``train.prefix.response_inputs``)."""
+    enc = encode_prompt(backend, messages, image)
     prompt_len = enc["input_ids"].shape[1]
-    resp = torch.tensor([list(response_ids)], dtype=enc["input_ids"].dtype)
-    vision = _vision_token_ids(backend.model.config)
-    if vision:
-        bad = torch.isin(resp, torch.tensor(sorted(vision), dtype=resp.dtype))
-        if bad.any():
-            resp = resp.masked_fill(bad, backend.tokenizer.pad_token_id or 0)
-    enc["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
+    ids = enc["input_ids"]
+    resp = torch.tensor([response_inputs(backend, response_ids)], dtype=ids.dtype, device=ids.device)
+    enc["input_ids"] = torch.cat([ids, resp], dim=1)
     enc["attention_mask"] = torch.cat([enc["attention_mask"], torch.ones_like(resp)], dim=1)
     if "mm_token_type_ids" in enc:
         enc["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp)], dim=1)
-    device = backend.model.device
-    return {k: v.to(device) for k, v in enc.items()}, prompt_len
+    return enc, prompt_len
 
 
 def attach_lora(backend: TransformersBackend, rank: int, alpha: int, targets: Sequence[str],
@@ -105,11 +98,6 @@ def attach_lora(backend: TransformersBackend, rank: int, alpha: int, targets: Se
 
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), bias="none")
     return backend.trainable_adapter(name, config)
-
-
-def _vision_token_ids(cfg: Any) -> frozenset[int]:
-    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-    return frozenset(int(v) for v in (getattr(cfg, n, None) for n in names) if v is not None)
 
 
 def version_step(version: str | None) -> int | None:
@@ -143,6 +131,8 @@ class Learner:
         lora_rank / lora_alpha / lora_targets: the adapter created when the model has none (default: the language
             model's q/k/v/o projections; add "lm_head" to adapt the output layer too).
         adapter_name: the name of that adapter.
+        shared_prefix: score the answers to one prompt as continuations of one pass over the prompt
+            (``train.prefix``; the same log-probs and gradients); False runs prompt + answer once per answer.
         accelerator: an ``accelerate.Accelerator`` for several processes (None: this process alone).
         seed: seeds the mini-batch shuffling.
     """
@@ -156,7 +146,7 @@ class Learner:
                  schedule: Literal["constant", "cosine"] = "constant", gradient_checkpointing: bool = False,
                  freeze_vision: bool = False, lora_rank: int = 8, lora_alpha: int = 16,
                  lora_targets: Sequence[str] = LORA_TARGETS, adapter_name: str = "learner",
-                 accelerator: Any = None, seed: int = 0) -> None:
+                 shared_prefix: bool = True, accelerator: Any = None, seed: int = 0) -> None:
         if algo not in _DEFAULTS:
             raise ValueError(f"algo must be 'aepo' or 'grpo', got {algo!r}")
         if finetune not in DEFAULT_LR:
@@ -182,6 +172,7 @@ class Learner:
         self.max_is_ratio = max_is_ratio
         self.max_grad_norm = max_grad_norm
         self.dual_clip = dual_clip
+        self.shared_prefix = shared_prefix
         self.accelerator = accelerator
         self.steps = 0
         """Completed ``step()`` calls (the adapter version's count)."""
@@ -194,7 +185,7 @@ class Learner:
             self.peft_model = backend.model
             self.adapter_name = adapter_name
             for name, p in backend.model.named_parameters():
-                p.requires_grad_(not (freeze_vision and _is_vision(name)))
+                p.requires_grad_(not (freeze_vision and is_vision_parameter(name)))
             if self.kl_coef > 0:
                 self._ref_model = copy.deepcopy(backend.model).eval().requires_grad_(False)
         if gradient_checkpointing:
@@ -250,17 +241,36 @@ class Learner:
         model = self._train_model if model is None else model
         logits = model(**inputs, use_cache=False).logits
         n = len(sample.response_ids)
-        shifted = logits[:, prompt_len - 1: prompt_len - 1 + n].float()
+        shifted = logits[:, prompt_len - 1: prompt_len - 1 + n]  # token_logprobs upcasts half precision by row
         targets = torch.tensor([sample.response_ids], dtype=torch.long, device=shifted.device)
         return token_logprobs(shifted, targets)
 
-    def _reference_logprobs(self, sample: TrainSample, inputs: dict[str, torch.Tensor],
-                            prompt_len: int) -> torch.Tensor:
+    def _reference(self, forward: Callable[[Any], torch.Tensor]) -> torch.Tensor:
+        """``forward(model)`` under the reference policy, without grad: the frozen copy (full fine-tuning), else the
+        same model with the adapter switched off."""
         with torch.no_grad():
             if self._ref_model is not None:
-                return self.response_logprobs(sample, inputs, prompt_len, model=self._ref_model)
+                return forward(self._ref_model)
             with self.peft_model.disable_adapter():
-                return self.response_logprobs(sample, inputs, prompt_len, model=self.peft_model)
+                return forward(self.peft_model)
+
+    def _unit_logprobs(self, plan: UpdatePlan, unit: tuple[int, ...], samples: list[TrainSample],
+                       reference: bool) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Each of the unit's samples' ``[1, T]`` log-probs under the trained model (grad when enabled), and with
+        ``reference`` under the reference (no grad): one shared-prefix forward, or one sample's full forward."""
+        if plan.shared:
+            shared, mm = plan.prompts[unit], plan.image_outputs(unit)
+            lp = prefix_logprobs(self._train_model, shared, mm, self.backend.model)
+            ref = self._reference(lambda m: prefix_logprobs(m, shared, mm, self.backend.model)) if reference else None
+            rows = [slice(0, n) for n in shared.lengths]
+            return ([lp[j:j + 1, r] for j, r in enumerate(rows)],
+                    [ref[j:j + 1, r] for j, r in enumerate(rows)] if ref is not None else None)
+        s = samples[unit[0]]
+        inputs, prompt_len = self.encode(s)
+        lp = self.response_logprobs(s, inputs, prompt_len)
+        if not reference:
+            return [lp], None
+        return [lp], [self._reference(lambda m: self.response_logprobs(s, inputs, prompt_len, model=m))]
 
     # -- the update ---------------------------------------------------------------------------
 
@@ -315,27 +325,11 @@ class Learner:
         return ""
 
     def step(self, groups: Sequence[Sequence[TrainSample]]) -> dict[str, float]:
-        """One batch update on ``groups`` (each a list of samples sharing a prompt); returns metrics.
+        """One batch update on ``groups`` (each a list of scored samples: the answers to one prompt, or at episode
+        level the steps of a task seed's episodes); returns metrics.
 
         Under several processes, ``groups`` is this process's share of the batch."""
-        groups = [list(g) for g in groups if g]
-        dropped_stale = 0
-        if self.max_staleness is not None:
-            kept = []
-            for g in groups:
-                fresh = [s for s in g if self.staleness(s) <= self.max_staleness]
-                dropped_stale += len(g) - len(fresh)
-                if fresh:
-                    kept.append(fresh)
-            groups = kept
-        bad = 0
-        checked = []
-        for g in groups:
-            good = [s for s in g if self._usable(s)]
-            bad += len(g) - len(good)
-            if good:
-                checked.append(good)
-        groups = checked
+        groups, dropped_stale, bad = self._filter(groups)
         samples = [s for g in groups for s in g]
         if not samples:
             raise ValueError("step() needs at least one usable sample" +
@@ -347,24 +341,26 @@ class Learner:
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         adv = self.group_advantages(groups)
         max_stale = max(self.staleness(s) for s in samples)
-        updates = self.ppo_epochs * self.minibatches
-        recompute_old = updates > 1 or max_stale > 0
+        recompute_old = self.ppo_epochs * self.minibatches > 1 or max_stale > 0
 
         totals: dict[str, float] = {}
         with self.backend.lock():
             self.peft_model.eval()  # no dropout: the recomputed log-probs match the sampler's
+            plan = UpdatePlan(self.backend, groups, shared=self.shared_prefix,
+                              image_features=vision_frozen(self.peft_model) and ImageFeatures.supported(
+                                  self.backend.model))
             old: list[torch.Tensor | None] = [None] * len(samples)
             if recompute_old:
                 with torch.no_grad():
-                    old = [self.response_logprobs(s).detach() for s in samples]
+                    for unit in (u for units in plan.units for u in units):
+                        for i, lp in zip(unit, self._unit_logprobs(plan, unit, samples, reference=False)[0]):
+                            old[i] = lp.detach()
             index = list(range(len(groups)))
-            starts = np.cumsum([0] + [len(g) for g in groups])
             n_updates = 0
             for _ in range(self.ppo_epochs):
                 self._rng.shuffle(index)
                 for mb in _split(index, self.minibatches):  # under DDP the trainer ensures enough groups
-                    rows = [i for gi in mb for i in range(starts[gi], starts[gi + 1])]
-                    m = self._update([samples[i] for i in rows], adv[rows], [old[i] for i in rows])
+                    m = self._update(plan, [u for gi in mb for u in plan.units[gi]], samples, adv, old)
                     n_updates += 1
                     for k, v in m.items():
                         totals[k] = max(totals.get(k, v), v) if k.endswith("_max") else totals.get(k, 0.0) + v
@@ -389,6 +385,28 @@ class Learner:
             "train/step": float(self.steps),
         }
 
+    def _filter(self, groups: Sequence[Sequence[TrainSample]]) -> tuple[list[list[TrainSample]], int, int]:
+        """The groups without samples staler than ``max_staleness`` and unusable ones (``_usable``), empty groups
+        dropped; and how many samples each rule removed."""
+        groups = [list(g) for g in groups if g]
+        dropped_stale = 0
+        if self.max_staleness is not None:
+            kept = []
+            for g in groups:
+                fresh = [s for s in g if self.staleness(s) <= self.max_staleness]
+                dropped_stale += len(g) - len(fresh)
+                if fresh:
+                    kept.append(fresh)
+            groups = kept
+        bad = 0
+        checked = []
+        for g in groups:
+            good = [s for s in g if self._usable(s)]
+            bad += len(g) - len(good)
+            if good:
+                checked.append(good)
+        return checked, dropped_stale, bad
+
     def _usable(self, s: TrainSample) -> bool:
         """Whether a sample can be trained on: response ids inside the vocabulary, its image readable. A bad one
         is logged (naming it) and left out of the update, never allowed to stop training."""
@@ -412,10 +430,10 @@ class Learner:
         t = torch.tensor([local], dtype=torch.long, device=self.accelerator.device)
         return int(self.accelerator.reduce(t, reduction="sum").item())
 
-    def _update(self, samples: list[TrainSample], adv: torch.Tensor,
-                old: list[torch.Tensor | None]) -> dict[str, float]:
-        """One optimizer step on a mini-batch (this process's share of it)."""
-        local_tokens = sum(len(s.response_ids) for s in samples)
+    def _update(self, plan: UpdatePlan, units: list[tuple[int, ...]], samples: list[TrainSample],
+                adv: torch.Tensor, old: list[torch.Tensor | None]) -> dict[str, float]:
+        """One optimizer step on a mini-batch's units (this process's share of it); one backward per unit."""
+        local_tokens = sum(len(samples[i].response_ids) for u in units for i in u)
         total_tokens = self._global_tokens(local_tokens)
         # DDP averages gradients over processes; scaling by the world size turns that average into the sum of
         # every process's token-share-weighted loss, i.e. the global token-mean.
@@ -423,39 +441,25 @@ class Learner:
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "is_weight_mean": 0.0,
                 "is_clipfrac": 0.0, "ratio_max": 0.0}
         self.optimizer.zero_grad(set_to_none=True)
-        for i, (s, a, o) in enumerate(zip(samples, adv, old)):
-            inputs, prompt_len = self.encode(s)
-            sync = i == len(samples) - 1
-            with self._no_sync(not sync), torch.enable_grad():
-                logprobs = self.response_logprobs(s, inputs, prompt_len)
-                behaviour = (torch.tensor([s.behaviour_logprobs], dtype=logprobs.dtype, device=logprobs.device)
-                             if s.behaviour_logprobs is not None else None)
-                if o is None:  # fresh sample, single update: the sampler's own log-probs are pi_old
-                    o, behaviour = (behaviour if behaviour is not None else logprobs.detach()), None
-                mask = torch.ones_like(logprobs, dtype=torch.bool)
-                loss, m = policy_loss(logprobs, o, a.reshape(1).to(logprobs.device), mask, clip_low=self.clip_low,
-                                      clip_high=self.clip_high, dual_clip=self.dual_clip,
-                                      behaviour_logprobs=behaviour,
-                                      max_is_ratio=self.max_is_ratio if behaviour is not None else None)
-                kl_value = 0.0
-                if self.kl_coef > 0:
-                    kl = kl_k3(logprobs, self._reference_logprobs(s, inputs, prompt_len), mask)
-                    loss = loss + self.kl_coef * kl
-                    kl_value = float(kl.detach())
-                weight = len(s.response_ids) * scale
+        for k, unit in enumerate(units):
+            with self._no_sync(k < len(units) - 1), torch.enable_grad():
+                logprobs, refs = self._unit_logprobs(plan, unit, samples, reference=self.kl_coef > 0)
+                total: torch.Tensor | float = 0.0
+                for j, i in enumerate(unit):
+                    s = samples[i]
+                    loss, m, kl_value = self._sample_loss(s, logprobs[j], adv[i], old[i],
+                                                          refs[j] if refs is not None else None)
+                    total = total + loss * (len(s.response_ids) * scale)
+                    w = len(s.response_ids) / local_tokens
+                    for key, value in (("loss", float(loss.detach())), ("pg_loss", m.pg_loss), ("kl", kl_value),
+                                       ("clipfrac", m.clipfrac), ("approx_kl", m.approx_kl),
+                                       ("is_weight_mean", m.is_weight_mean), ("is_clipfrac", m.is_clipfrac)):
+                        sums[key] += value * w
+                    sums["ratio_max"] = max(sums["ratio_max"], m.ratio_max)
                 if self.accelerator is not None:
-                    self.accelerator.backward(loss * weight)
+                    self.accelerator.backward(total)
                 else:
-                    (loss * weight).backward()
-            w = len(s.response_ids) / local_tokens
-            sums["loss"] += float(loss.detach()) * w
-            sums["pg_loss"] += m.pg_loss * w
-            sums["kl"] += kl_value * w
-            sums["clipfrac"] += m.clipfrac * w
-            sums["approx_kl"] += m.approx_kl * w
-            sums["is_weight_mean"] += m.is_weight_mean * w
-            sums["is_clipfrac"] += m.is_clipfrac * w
-            sums["ratio_max"] = max(sums["ratio_max"], m.ratio_max)
+                    total.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
@@ -465,6 +469,23 @@ class Learner:
             log.warning("non-finite gradient norm %s: update skipped", float(grad_norm))
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums, "grad_norm": float(grad_norm)}
+
+    def _sample_loss(self, s: TrainSample, logprobs: torch.Tensor, a: torch.Tensor, o: torch.Tensor | None,
+                     ref: torch.Tensor | None) -> tuple[torch.Tensor, Any, float]:
+        """One sample's loss (its token-mean PPO surrogate, plus the KL to ``ref`` when given), its metrics and
+        its KL value."""
+        behaviour = (torch.tensor([s.behaviour_logprobs], dtype=logprobs.dtype, device=logprobs.device)
+                     if s.behaviour_logprobs is not None else None)
+        if o is None:  # fresh sample, single update: the sampler's own log-probs are pi_old
+            o, behaviour = (behaviour if behaviour is not None else logprobs.detach()), None
+        mask = torch.ones_like(logprobs, dtype=torch.bool)
+        loss, m = policy_loss(logprobs, o, a.reshape(1).to(logprobs.device), mask, clip_low=self.clip_low,
+                              clip_high=self.clip_high, dual_clip=self.dual_clip, behaviour_logprobs=behaviour,
+                              max_is_ratio=self.max_is_ratio if behaviour is not None else None)
+        if ref is None:
+            return loss, m, 0.0
+        kl = kl_k3(logprobs, ref, mask)
+        return loss + self.kl_coef * kl, m, float(kl.detach())
 
     def _no_sync(self, skip: bool) -> Any:
         if skip and self.accelerator is not None and self.world_size > 1:
@@ -506,10 +527,6 @@ def _split(items: list[int], parts: int) -> Iterator[list[int]]:
         end = start + size + (1 if p < extra else 0)
         yield items[start:end]
         start = end
-
-
-def _is_vision(name: str) -> bool:
-    return ".visual." in f".{name}" or name.startswith("visual.") or ".vision_tower." in name
 
 
 def _lr_lambda(warmup: int, total: int | None, schedule: str) -> Callable[[int], float]:

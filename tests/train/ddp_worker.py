@@ -1,9 +1,11 @@
 """One process of the two-process DDP test (``tests/train/test_ddp.py``), run by ``accelerate launch``.
 
-Usage: ``ddp_worker.py MODEL_DIR OUT_FILE [--single]``. Every process builds the same fixed batch of scored groups
+Usage: ``ddp_worker.py MODEL_DIR OUT_FILE [--single] [--unshared]``. Every process builds the same fixed batch of scored groups
 (fixed response tokens: no sampling, so both runs see identical data), takes its share of the groups (rank r gets
 groups r, r + world, ...), runs one ``Learner.step`` and rank 0 writes the trained LoRA tensors to OUT_FILE.
-With ``--single`` one process trains on the whole batch: the reference the DDP run must match.
+With ``--single`` one process trains on the whole batch: the reference the DDP run must match. ``--unshared``
+runs every sample's prompt + answer on its own (``shared_prefix=False``) instead of the shared-prefix forward.
+The answers of a group have different lengths (3 to 5 tokens), so the shared path pads them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def batch() -> list[list]:
 def main() -> None:
     model_dir, out = sys.argv[1], sys.argv[2]
     single = "--single" in sys.argv
+    shared = "--unshared" not in sys.argv
     torch.manual_seed(0)
     torch.set_num_threads(1)
     from policy.backends.hf import TransformersBackend
@@ -49,7 +52,8 @@ def main() -> None:
         accelerator = Accelerator(cpu=True)
     # kl_coef on: the reference pass (adapter off) must work under DDP too. LoRA B starts at zero, so the first
     # step has zero gradient for A; two steps make both move.
-    learner = Learner(backend, algo="grpo", lr=1e-2, lora_targets=(*LORA_TARGETS, "lm_head"), accelerator=accelerator)
+    learner = Learner(backend, algo="grpo", lr=1e-2, lora_targets=(*LORA_TARGETS, "lm_head"), accelerator=accelerator,
+                      shared_prefix=shared)
     groups = batch()
     mine = groups if single else groups[learner.rank::learner.world_size]
     for _ in range(2):

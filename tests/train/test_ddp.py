@@ -1,5 +1,7 @@
 """Two CPU processes under ``accelerate launch`` (DDP over gloo) make the same update as one process on the whole
-batch: the per-process token shares are weighted by the global token count and DDP averages the gradients."""
+batch: the per-process token shares are weighted by the global token count and DDP averages the gradients. The
+two-process run takes the shared-prefix path (two forwards, prompt then answers, before one backward per prompt)
+and the unshared one; the reference is one process on the unshared path."""
 
 from __future__ import annotations
 
@@ -26,15 +28,19 @@ def run_worker(args: list[str], tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def test_two_process_ddp_step_equals_the_single_process_step(tmp_path):
+@pytest.mark.parametrize("path", ["shared", "unshared"])
+def test_two_process_ddp_step_equals_the_single_process_step(tmp_path, path):
     model = build_tiny_qwen25vl(tmp_path / "model", seed=0)
     launcher = Path(sys.executable).with_name("accelerate")
+    flags = ["--unshared"] if path == "unshared" else []
     # --multi_gpu selects accelerate's torchrun launcher; on a machine without CUDA the worker's
     # Accelerator(cpu=True) joins the two processes over gloo (accelerate's own --cpu flag runs one process).
     run_worker([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
-                str(WORKER), str(model), str(tmp_path / "ddp.pt")], tmp_path)
-    run_worker([sys.executable, str(WORKER), str(model), str(tmp_path / "single.pt"), "--single"], tmp_path)
+                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+                "29533" if path == "shared" else "29535", str(WORKER), str(model), str(tmp_path / "ddp.pt"), *flags],
+               tmp_path)
+    run_worker([sys.executable, str(WORKER), str(model), str(tmp_path / "single.pt"), "--single", "--unshared"],
+               tmp_path)
     ddp = torch.load(tmp_path / "ddp.pt", weights_only=True)
     single = torch.load(tmp_path / "single.pt", weights_only=True)
     assert ddp["world"] == 2 and single["world"] == 1
