@@ -243,10 +243,12 @@ class ReplayPolicy:
 
     async def _aim(self, entry: PlannedStep, action: Action) -> tuple[Action, str, str]:
         """(the action to perform, what became of its element, a note). Only the web can look elements up."""
-        device = getattr(self.env, "device", None)
-        if not entry.selector or not hasattr(device, "context"):
-            return action, "", ""
+        from devices.web import PlaywrightDevice
         from devices.web_locate import centre_of, locate
+
+        device = getattr(self.env, "device", None)
+        if not entry.selector or not isinstance(device, PlaywrightDevice):
+            return action, "", ""
 
         found = await locate(device, entry.selector, entry.frame_url)
         if found is None:

@@ -2,6 +2,8 @@
 
     agent run [TASK] [--device web] [--url URL] [--policy ocr|scripted] [--script FILE]
               [--max-steps N] [--dry-run] [--config FILE] [--set section.key=value ...]
+    agent record TASK [--url URL]    record a person doing the task (docs/recording.md)
+    agent replay EPISODE       re-execute a recorded episode, report where the screen diverged
     agent show PATH            print a recorded run or episode
     agent parse --format F --size WxH TEXT    show how a model's output is read and where it lands
     agent doctor               check that the browser, fonts and OCR models are in place
@@ -11,10 +13,11 @@
 Exit codes: 0 success, claimed or planned (--dry-run); 1 the episode ended otherwise (failure, infeasible, truncated,
 aborted); 2 bad input (arguments, config, unwritable run folder); 130 interrupted by Ctrl-C.
 
-One module per command (``run``, ``show``, ``doctor``, ``evaluate`` for ``eval``, ``report``, ``data``, ``envs``,
-``devices``, ``train`` with ``train_online``, ``parse``), each with its name (``NAME``), ``add_parser(sub)``, which
-adds its subcommand and flags, and ``main(args) -> int``, which runs it and returns the exit code; ``common`` holds
-what they share. Command modules import their heavy libraries inside ``main``: ``agent --help`` builds every parser.
+One module per command (``run``, ``record``, ``replay``, ``show``, ``doctor``, ``evaluate`` for ``eval``,
+``report``, ``data``, ``envs``, ``devices``, ``train`` with ``train_online``, ``parse``), each with its name
+(``NAME``), ``add_parser(sub)``, which adds its subcommand and flags, and ``main(args) -> int``, which runs it and
+returns the exit code; ``common`` holds what they share. Command modules import their heavy libraries inside
+``main``: ``agent --help`` builds every parser.
 """
 
 from __future__ import annotations
