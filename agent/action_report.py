@@ -113,8 +113,10 @@ def _sample_html(sample: dict[str, Any], folder: str) -> str:
             f"<div><b>{e(sample['id'])}</b> {e(sample['instruction'])}</div>"
             f"<div>true: <b>{e(sample['gt_action'])}</b> {e(sample['gt_text'])}</div>"
             f"<div>predicted: <b>{e(str(sample['pred_action']))}</b> {e(sample['pred_text'])} "
-            f"({e(sample['unified'] or '')}) type {mark(sample['type_hit'])} GR {mark(sample['gr_hit'])} "
-            f"text {mark(sample['text_hit'])}</div>"
+            f"({e(sample['unified'] or '')})"
+            + "".join(f" {name} {mark(sample[key])}" for name, key in (("type", "type_hit"), ("GR", "gr_hit"),
+                                                                       ("text", "text_hit")) if sample[key] is not None)
+            + "</div>"
             f"<pre>{e(sample['raw_output'][:2000])}</pre></div>")
 
 
