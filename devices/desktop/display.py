@@ -156,7 +156,8 @@ def window_info(conn: Any, screen: ScreenMap, window: Any) -> tuple[dict[str, An
         name = named.get_wm_name()
         if not name:
             prop = named.get_full_property(conn.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
-            name = prop.value.decode(errors="replace") if prop is not None else None
+            value = prop.value if prop is not None else None  # python-xlib gives str or bytes by the property's type
+            name = value.decode(errors="replace") if isinstance(value, bytes) else value
         wm_class = named.get_wm_class()
         geo = window.get_geometry()
         origin = window.translate_coords(root, 0, 0)
