@@ -80,11 +80,16 @@ def main(args: argparse.Namespace) -> int:
         actor = FleetActor(_with_run_dir(config, options), options, broker, key)
     except (ConfigError, FleetError, OnlineError, ValueError) as exc:
         return print_error(str(exc))
+    from devices.errors import DeviceError
+    from envs.errors import EnvError
+    from policy.errors import PolicyError
+    from train.errors import TransportError
+
     try:
         episodes = asyncio.run(actor.run())
     except KeyboardInterrupt:
         return EXIT_EPISODE_FAILED
-    except Exception as exc:  # noqa: BLE001 - the error that stopped the actor, said plainly
+    except (OnlineError, FleetError, TransportError, PolicyError, EnvError, DeviceError) as exc:
         print_error(f"actor {name} stopped: {type(exc).__name__}: {exc}")
         return EXIT_EPISODE_FAILED
     print(f"actor {name}: {episodes} episodes; run folder {actor.run_dir}")

@@ -17,7 +17,8 @@ from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, ex
 from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
-ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes", "demos", "demo_share")
+ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes", "demos", "demo_share",
+               "group_timeout")
 
 
 def add_arguments(train: argparse.ArgumentParser) -> None:
@@ -33,6 +34,9 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
                          "per task seed scored by the task checker")
     on.add_argument("--max-policy-lag", type=int, metavar="K",
                     help="drop samples more than K adapter versions behind the learner (default 2; -1 keeps all)")
+    on.add_argument("--group-timeout", type=float, metavar="S",
+                    help="train on a group still incomplete S seconds after its first part (an actor died in the "
+                         "middle of it) with the parts it has (default 600)")
     on.add_argument("--minutes", type=float, metavar="M",
                     help="stop the session after M minutes of wall time, whatever the update count (default: none)")
     on.add_argument("--demos", metavar="DIR",
@@ -67,7 +71,8 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     explicit = {k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
         "max_policy_lag": args.max_policy_lag, "demos": args.demos, "demo_share": args.demo_share,
-        "max_wall_s": None if args.minutes is None else args.minutes * 60}.items() if v is not None}
+        "max_wall_s": None if args.minutes is None else args.minutes * 60,
+        "group_timeout_s": args.group_timeout}.items() if v is not None}
     run_dir_flag = [f"train.run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
     if args.resume:
         configured = load_train_config(args.config, [*args.overrides, *run_dir_flag]).train.run_dir

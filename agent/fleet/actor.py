@@ -145,8 +145,8 @@ class FleetActor:
         if self.options.policy_url:
             from agent.fleet.served import ServedAdapters, load_served
 
-            model_path, preset = model_preset(cfg)
-            backend: Any = ServedAdapters(self.options.policy_url, model_path, folder_root=self.run_dir / "served")
+            _, preset = model_preset(cfg)  # the server serves model.path under that name (vllm serve MODEL)
+            backend: Any = ServedAdapters(self.options.policy_url, cfg.model.path, folder_root=self.run_dir / "served")
             load: Any = load_served
         else:
             backend = build_backend(cfg)
@@ -226,6 +226,9 @@ class FleetActor:
             await asyncio.to_thread(self.transport.close)
         if self._fatal is not None:
             raise self._fatal
+        if self.actor is not None and self.actor.state == "dropped":
+            raise OnlineError(f"actor {o.name} stopped after {self.actor.failures} device failures in a row; last: "
+                              f"{self.actor.error}. Fix the device, then start it again (its spool is kept)")
         return self.actor.episodes if self.actor else 0
 
     def _limit_reached(self) -> bool:

@@ -259,6 +259,8 @@ class MqttTransport:
         if self.role == "actor":
             last = ActorStatus(self.actor, "offline", error="the connection to the broker was lost (last will)",
                                at=time.time(), host=socket.gethostname())
+            if self.status_extras is not None:
+                last = replace(last, **self.status_extras())
             will = aiomqtt.Will(self.topics.status(self.actor), encode_message(last), qos=1, retain=True)
         tls = ssl.create_default_context(cafile=b.ca_file or None) if b.tls else None
         client = aiomqtt.Client(b.host, b.port, username=b.username, password=b.password, identifier=self.client_id,

@@ -112,6 +112,8 @@ class LearnerContext:
     alive_actors: Callable[[], list[str]]
     elapsed: Callable[[], float]
     """Acting wall time of the run so far."""
+    group_timeout_s: float = 600.0
+    """Seconds after which an incomplete group is trained on with what it has."""
     journal: Path | None = None
     """Where the learner lists the id of every group message it took (first deliveries), when set (a fleet's
     learner: the audit trail against each actor's ``produced.log``)."""

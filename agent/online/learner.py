@@ -32,7 +32,7 @@ class LearnerLoop:
 
     def __init__(self, ctx: LearnerContext, trainer: Any, store: AdapterStore) -> None:
         self.ctx, self.trainer, self.store = ctx, trainer, store
-        self.assembler = GroupAssembler()
+        self.assembler = GroupAssembler(timeout_s=ctx.group_timeout_s)
         self.error: BaseException | None = None
         self.learn_s = 0.0
         """Seconds spent in updates (with their hooks: publishing, metrics, checkpoints)."""
@@ -168,6 +168,7 @@ class LearnerLoop:
             "online/groups_no_signal": float(counts.get("groups_no_signal", 0)),
             "online/demo_groups": float(counts.get("demo_groups", 0)),
             "online/duplicates": float(self.assembler.duplicates),
+            "online/groups_expired": float(self.assembler.expired),
             "online/actors_alive": float(len(ctx.alive_actors())),
             "online/wall_s": ctx.elapsed(),
         })

@@ -203,6 +203,7 @@ class OnlineSession:
             stopping=lambda: self.stopping, request_stop=self.request_stop, counters=self.counters,
             episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed,
             journal=self.run_dir / "received.log" if self.online.remote_actors else None,
+            group_timeout_s=self.online.group_timeout_s,
             demos=getattr(self, "demos", None))
 
     def _actor_context(self) -> ActorContext:

@@ -62,6 +62,9 @@ class OnlineConfig:
     demo_below: float = 0.5
     """Success replay: a task is failing while its running success is below this (or the curriculum holds it as
     hard)."""
+    group_timeout_s: float = 600.0
+    """A group still incomplete this long after its first part (an actor died in the middle of it) is trained on
+    with the parts it has (``GroupAssembler``)."""
     remote_actors: bool = False
     """The actors run in other processes (``agent actor``) and reach this learner over the transport (a fleet,
     docs/fleet.md); ``devices`` is then only how many the progress line expects."""
@@ -84,6 +87,8 @@ class OnlineConfig:
             raise ValueError(f"demo_share must be a share between 0 (off) and 1, got {self.demo_share}")
         if self.demo_share > 0 and not self.demos:
             raise ValueError("demo_share > 0 replays recorded successes: name their folder with demos (--demos DIR)")
+        if self.group_timeout_s <= 0:
+            raise ValueError(f"group_timeout_s must be positive, got {self.group_timeout_s}")
         if not 0 < self.demo_below <= 1:
             raise ValueError(f"demo_below must be in (0, 1], got {self.demo_below}")
 

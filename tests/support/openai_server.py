@@ -109,6 +109,18 @@ def to_backend_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
+class _FirstRow:
+    """A logits processor applied to the first row of a request only (its first sample)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        scores = scores.clone()
+        scores[:1] = self.inner(input_ids[:1], scores[:1])
+        return scores
+
+
 class OpenAICompatServer:
     """The server (see the module docstring). ``backend`` is a TransformersBackend (or anything
     with its ``generate`` and ``tokenizer``); ``forced`` maps request ids to forced texts for the
@@ -136,8 +148,11 @@ class OpenAICompatServer:
 
     @classmethod
     def for_model_dir(cls, path: str | Path, *, model_name: str | None = None, preset: ModelPreset | None = None,
-                      host: str = "127.0.0.1", port: int = 0, runtime_lora: bool = True) -> OpenAICompatServer:
-        """Serve a Qwen2/2.5-VL checkpoint directory (e.g. ``policy.tiny.build_tiny_qwen25vl``)."""
+                      host: str = "127.0.0.1", port: int = 0, runtime_lora: bool = True,
+                      force_first: str = "") -> OpenAICompatServer:
+        """Serve a Qwen2/2.5-VL checkpoint directory (e.g. ``policy.tiny.build_tiny_qwen25vl``). ``force_first``:
+        the first sample of every request is this text (the others are the model's), so that a random model's
+        episodes make progress in tests of whole sessions."""
         from policy.backends.hf import ForceTextLogitsProcessor, TransformersBackend
 
         forced: dict[int, str] = {}
@@ -145,7 +160,11 @@ class OpenAICompatServer:
 
         def factory(request: GenerationRequest) -> Any:
             text = forced.get(id(request))
-            return None if text is None else ForceTextLogitsProcessor(holder["backend"].tokenizer, text)
+            if text is not None:
+                return ForceTextLogitsProcessor(holder["backend"].tokenizer, text)
+            if force_first:
+                return _FirstRow(ForceTextLogitsProcessor(holder["backend"].tokenizer, force_first))
+            return None
 
         preset = preset or preset_for(model_name or str(path), fmt="qwen2.5-vl")
         backend = TransformersBackend(path, preset=preset, device="cpu", dtype="float32",
