@@ -87,11 +87,12 @@ class InProcessTransport:
     """``Transport`` over in-process queues (one machine: asyncio actors and a learner thread).
 
     With ``wire=True`` every message is encoded and decoded on the way (the bus codec), with ``max_bytes`` as the
-    size limit."""
+    size limit and ``compress`` as the image parts' encoding ("" raw, "png")."""
 
-    def __init__(self, *, wire: bool = False, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, *, wire: bool = False, max_bytes: int = MAX_BYTES, compress: str = "") -> None:
         self.wire = wire
         self.max_bytes = max_bytes
+        self.compress = compress
         self._groups: queue.Queue[Any] = queue.Queue()
         self._episodes: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
@@ -108,7 +109,7 @@ class InProcessTransport:
     def _carry(self, message: Any) -> Any:
         if not self.wire:
             return message
-        data = encode_message(message, max_bytes=self.max_bytes)
+        data = encode_message(message, max_bytes=self.max_bytes, compress=self.compress)
         with self._lock:
             self.sent_bytes += len(data)
         return decode_message(data, max_bytes=self.max_bytes)

@@ -63,6 +63,8 @@ class ActorOptions:
     """Spooled messages at which the actor pauses until the broker has taken some."""
     spool_mb: int = 2048
     fsync: bool = False
+    compress: str = "png"
+    """How frames travel: "png" (lossless, 10-100x fewer bytes) or "" (raw pixels: less CPU, more bandwidth)."""
     max_episodes: int = 0
     max_wall_s: float = 0.0
 
@@ -200,7 +202,7 @@ class FleetActor:
         run = self._open_run()
         spool = Spool(self.run_dir / "spool", max_bytes=o.spool_mb << 20, fsync=o.fsync)
         self.transport = MqttTransport(self.broker, role="actor", key=self.key, actor=o.name, spool=spool,
-                                       status_extras=self._status_extras).start()
+                                       status_extras=self._status_extras, compress=o.compress).start()
         signals = StopSignals(lambda signum: self.stop("signal")).install()
         try:
             self.backend, model_policy, load = await asyncio.to_thread(self._build_model)

@@ -57,7 +57,7 @@ class MqttTransport:
     def __init__(self, broker: BrokerConfig, *, role: str, key: bytes | None = None, actor: str = "",
                  spool: Spool | None = None, allow: tuple[str, ...] = (), announce_url: str = "",
                  max_bytes: int = MAX_BYTES, window: int = 32, max_buffered: int = 64,
-                 status_extras: Callable[[], dict[str, Any]] | None = None) -> None:
+                 status_extras: Callable[[], dict[str, Any]] | None = None, compress: str = "png") -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         if role == "actor" and (not actor or spool is None):
@@ -66,6 +66,8 @@ class MqttTransport:
         self.topics = Topics(broker.prefix)
         self.announce_url = announce_url.rstrip("/")
         self.max_bytes, self.window, self.max_buffered = max_bytes, window, max_buffered
+        self.compress = compress
+        """How image parts travel (``train.wire``): "png" (lossless, 10-100x fewer bytes for screens) or ""."""
         self.status_extras = status_extras
         """Fields every status of this actor adds (device, host, steps/s, refused versions)."""
         self.inbox = Inbox(self.topics, self._deliver, allow=allow, max_bytes=max_bytes)
@@ -144,7 +146,7 @@ class MqttTransport:
             topic = self.topics.episodes(self.actor)
         else:
             raise TransportError(f"send takes a GroupMessage or an EpisodeMessage, not {type(message).__name__}")
-        self.spool.put(topic, encode_message(message, max_bytes=self.max_bytes), message.id)
+        self.spool.put(topic, encode_message(message, max_bytes=self.max_bytes, compress=self.compress), message.id)
         self._poke()
 
     def set_status(self, status: ActorStatus) -> None:
