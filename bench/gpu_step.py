@@ -1,5 +1,5 @@
 """Time of one AEPO update of a Qwen2.5-VL-3B-sized model on a GPU, and its peak memory: LoRA and full fine-tuning,
-with and without gradient checkpointing.
+with and without gradient checkpointing, on the unshared and the shared-prefix path.
 
 One update = the trainer's math on one group: ``--group`` responses (8, as in InfiGUI-G1) of ``--response-tokens``
 tokens to one prompt holding one ``--image`` screenshot (default 1920x1080, smart-resized by the Qwen2-VL image
@@ -9,6 +9,14 @@ token-mean (``train.algos.policy_loss``); backward; gradient-norm clip 1.0; one 
 ``train.learner.Learner`` the responses go through the model ``--micro-batch`` at a time (default 1, AEPO's micro
 batch) with gradients accumulated and full logits computed; the old log-probs are the detached current ones (what
 the learner uses when a sample carries no behaviour log-probs; the cost is the same either way).
+
+Paths (``--paths``): ``unshared`` runs prompt + response through the model once per response, as above (the
+learner's ``shared_prefix=False``); ``shared`` runs the prompt once and the group's responses as one batch of
+continuations on its KV cache, one backward for both (``train.prefix.prefix_logprobs``, the learner's default; the
+same log-probs and gradients). The shared path runs the model in eval mode as the learner does, where transformers
+does not checkpoint (a checkpointed layer cannot keep a cache), so its ``+gc`` configs are reported as n/a.
+``--image 1280x720 --response-tokens 40`` is the shape of issue 17's target: a 1280 x 720 screenshot (1,196 image
+tokens), 8 answers of ~40 tokens.
 
 The model has Qwen2.5-VL-3B-Instruct's shapes (text: hidden 2048, 36 layers, 16 heads, 2 KV heads, intermediate
 11008, vocabulary 151936, tied embeddings; vision: depth 32, hidden 1280, out 2048) with RANDOM weights from a config
@@ -32,6 +40,8 @@ moments) = 30 GB before any activation. ``--device cpu --tiny`` runs the same co
 script without a GPU.
 
 Run: .venv/bin/python bench/gpu_step.py [--image 1920x1080] [--response-tokens 256] [--runs 3]
+     .venv/bin/python bench/gpu_step.py --configs lora full --paths unshared shared --image 1280x720 \
+         --response-tokens 40
      .venv/bin/python bench/gpu_step.py --device cpu --tiny --image 224x224 --response-tokens 16 --runs 1
 """
 
@@ -56,6 +66,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 CONFIGS = ("lora", "lora+gc", "full", "full+gc")
+PATHS = ("unshared", "shared")
 
 # Qwen2.5-VL-3B-Instruct's shapes (its config.json), and Qwen2.5's special-token ids in the 151936-token vocabulary.
 QWEN25VL_3B: dict[str, Any] = {
@@ -109,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", type=int, default=8, help="responses per prompt (AEPO: 8)")
     p.add_argument("--micro-batch", type=int, default=1, help="responses per forward/backward pass")
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS), help="which configs to time")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS),
+                   help="unshared: prompt + response per response; shared: the prompt once, responses continue it")
     p.add_argument("--lora-rank", type=int, default=64)
     p.add_argument("--lora-alpha", type=int, default=128)
     p.add_argument("--attn", default="sdpa", help="attention implementation (sdpa, eager, flash_attention_2)")
@@ -224,7 +237,7 @@ class Update:
     """Everything one config's updates need: model, optimizer, the fixed inputs."""
 
     def __init__(self, model, params, batch: dict[str, Any], prompt_len: int, responses, rewards, micro_batch: int,
-                 lr: float) -> None:
+                 lr: float, shared: bool = False) -> None:
         import torch
 
         self.model, self.params = model, params
@@ -232,16 +245,57 @@ class Update:
         self.responses, self.rewards, self.micro_batch = responses, rewards, micro_batch
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
         self.takes_mm_types = "mm_token_type_ids" in inspect.signature(type(model_base(model)).forward).parameters
+        self.shared = self._shared_prompt() if shared else None
+
+    def _shared_prompt(self):
+        """The prompt and the group's responses as the shared-prefix path takes them (rope positions computed once,
+        as the learner does once per update)."""
+        import torch
+
+        from train.prefix import SharedPrompt, rope_positions
+
+        inputs = {k: v for k, v in self.batch.items() if k != "mm_token_type_ids" or self.takes_mm_types}
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        group, t = self.responses.shape
+        positions = rope_positions(model_base(self.model), inputs, self.responses[:1])
+        return SharedPrompt(inputs, self.responses, self.responses, (t,) * group, positions)
 
     def __call__(self) -> dict[str, float]:
         """One AEPO update on the group; returns the loss and gradient norm."""
         import torch
 
-        from train.algos import policy_loss, rloo_advantages, token_logprobs
+        from train.algos import rloo_advantages
 
-        group, t = self.responses.shape
+        group, _ = self.responses.shape
         adv = rloo_advantages(self.rewards, torch.zeros(group, dtype=torch.long))
         self.optimizer.zero_grad(set_to_none=True)
+        total = self._shared_backward(adv) if self.shared is not None else self._unshared_backward(adv)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": total, "grad_norm": float(grad_norm)}
+
+    def _shared_backward(self, adv) -> float:
+        """The prompt once, the responses as one batch on its cache, one backward through both."""
+        import torch
+
+        from train.algos import policy_loss
+        from train.prefix import prefix_logprobs
+
+        logprobs = prefix_logprobs(self.model, self.shared, hf_model=model_base(self.model))
+        mask = torch.ones_like(logprobs, dtype=torch.bool)
+        loss, _ = policy_loss(logprobs, logprobs.detach(), adv.to(logprobs.device), mask, clip_low=0.2,
+                              clip_high=0.4, dual_clip=3.0)
+        loss.backward()
+        return float(loss.detach())
+
+    def _unshared_backward(self, adv) -> float:
+        """Prompt + response through the model ``micro_batch`` responses at a time, gradients accumulated."""
+        import torch
+
+        from train.algos import policy_loss, token_logprobs
+
+        group, t = self.responses.shape
         total = 0.0
         for start in range(0, group, self.micro_batch):
             n = min(self.micro_batch, group - start)
@@ -264,10 +318,7 @@ class Update:
             (loss * weight).backward()
             total += float(loss.detach()) * weight
             del logits, logprobs, loss
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": total, "grad_norm": float(grad_norm)}
+        return total
 
 
 def model_base(model):
@@ -281,17 +332,23 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_config(name: str, args, config, device, dtype, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Build a fresh model for config ``name``, time its updates; an out-of-memory error becomes an OOM row."""
+def run_config(name: str, args, config, device, dtype, inputs: dict[str, Any],
+               path: str = "unshared") -> dict[str, Any]:
+    """Build a fresh model for config ``name``, time its updates on ``path``; an out-of-memory error becomes an OOM
+    row, a checkpointed config on the shared path an n/a row."""
     import torch
 
     cuda = device.type == "cuda"
+    row: dict[str, Any] = {"config": name, "path": path, "lora": name.startswith("lora"),
+                           "checkpointing": name.endswith("+gc")}
+    if path == "shared" and row["checkpointing"]:
+        return {**row, "status": "n/a", "peak_mem_gib": None,
+                "error": "the shared prefix keeps a KV cache, which a checkpointed layer drops: no checkpointing"}
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     holder: dict[str, Any] = {}
-    row: dict[str, Any] = {"config": name, "lora": name.startswith("lora"), "checkpointing": name.endswith("+gc")}
     try:
-        row.update(_time_config(name, args, config, device, dtype, inputs, holder))
+        row.update(_time_config(name, args, config, device, dtype, inputs, holder, path))
         row["status"] = "ok"
     except torch.OutOfMemoryError as exc:
         row.update(status="OOM", error=str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "OOM")
@@ -304,7 +361,8 @@ def run_config(name: str, args, config, device, dtype, inputs: dict[str, Any]) -
     return row
 
 
-def _time_config(name: str, args, config, device, dtype, inputs: dict[str, Any], holder: dict[str, Any]):
+def _time_config(name: str, args, config, device, dtype, inputs: dict[str, Any], holder: dict[str, Any],
+                 path: str = "unshared"):
     import torch
 
     torch.manual_seed(args.seed)
@@ -328,13 +386,13 @@ def _time_config(name: str, args, config, device, dtype, inputs: dict[str, Any],
     for p in params:
         p.requires_grad_(True)
     set_checkpointing(model, name.endswith("+gc"))
-    model.train()
+    model.train(path == "unshared")  # the shared path runs in eval mode, as the learner does
     for m in model.modules():  # no dropout anywhere: the recomputed log-probs must be deterministic
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     build_s = time.perf_counter() - t0
     update = holder["update"] = Update(model, params, inputs["batch"], inputs["prompt_len"], inputs["responses"],
-                                       inputs["rewards"], args.micro_batch, lr)
+                                       inputs["rewards"], args.micro_batch, lr, shared=path == "shared")
     if args.simulate_oom == name:
         raise torch.OutOfMemoryError(f"simulated out-of-memory in {name} (--simulate-oom)")
     warm = []
@@ -426,11 +484,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     params_total = None
     for name in args.configs:
-        print(f"gpu_step: timing {name} ...", file=sys.stderr)
-        row = run_config(name, args, config, device, dtype, inputs)
-        rows.append(row)
-        if params_total is None and row["status"] == "ok":
-            params_total = row["total_params"]
+        for path in args.paths:
+            print(f"gpu_step: timing {name}, {path} ...", file=sys.stderr)
+            row = run_config(name, args, config, device, dtype, inputs, path)
+            rows.append(row)
+            if params_total is None and row["status"] == "ok":
+                params_total = row["total_params"]
 
     print_table(rows)
 
@@ -445,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": params_total, "dtype": str(dtype).removeprefix("torch."), "attn": args.attn,
         "image": list(args.image), "input_size": list(input_size), "image_tokens": n_image_tokens,
         "prompt_tokens": prompt_len, "response_tokens": args.response_tokens, "group": args.group,
-        "micro_batch": args.micro_batch, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
+        "micro_batch": args.micro_batch, "paths": args.paths, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
         "warmup": args.warmup, "runs": args.runs,
         "inputs": "synthetic token ids in Qwen's chat layout (no tokenizer offline); pixel_values and image_grid_thw "
                   "from the Qwen2-VL image processor on a random screenshot",
@@ -461,18 +520,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = (f"{'config':<8} | {'status':<6} | {'median s':>8} | {'min s':>7} | {'tokens/s':>9} | {'peak GiB':>8} "
-              "| trainable")
+    header = (f"{'config':<8} | {'path':<8} | {'status':<6} | {'median s':>8} | {'min s':>7} | {'tokens/s':>9} | "
+              f"{'peak GiB':>8} | trainable")
     print(header)
     print("-" * len(header))
     for r in rows:
         mem = _fmt_mem(r["peak_mem_gib"])
+        lead = f"{r['config']:<8} | {r.get('path', 'unshared'):<8}"
         if r["status"] == "ok":
-            print(f"{r['config']:<8} | {'ok':<6} | {r['median_s']:>8.3f} | {r['min_s']:>7.3f} | "
+            print(f"{lead} | {'ok':<6} | {r['median_s']:>8.3f} | {r['min_s']:>7.3f} | "
                   f"{r['tokens_per_s']:>9.0f} | {mem:>8} | {r['trainable_params'] / 1e6:.1f}M")
         else:
-            print(f"{r['config']:<8} | {r['status']:<6} | {'-':>8} | {'-':>7} | {'-':>9} | {mem:>8} | "
-                  f"{r.get('error', '')}")
+            print(f"{lead} | {r['status']:<6} | {'-':>8} | {'-':>7} | {'-':>9} | {mem:>8} | {r.get('error', '')}")
 
 
 def _fmt_mem(gib: float | None) -> str:

@@ -17,14 +17,16 @@ Per seed (see ``bench/learning/run.py``):
 4. every checkpoint is scored greedily on the same 1,000 held-out screens; the paired bootstrap (10,000
    resamples, seeded) gives the 95% interval of (arm - SFT).
 
-Writes ``<out>/learning.json`` and ``<out>/learning_curves.png``, prints a table. ``--trl`` instead measures one
-AEPO update of the Learner against one TRL GRPOTrainer step (``bench/learning/trl_compare.py``).
+Writes ``<out>/learning.json`` and ``<out>/learning_curves.png``, prints a table. ``--trl`` instead measures the
+Learner's AEPO steps (shared-prefix and unshared update) against TRL's GRPOTrainer steps, on 224 px and 1280 x 720
+screens, several alternating runs, medians (``bench/learning/trl_compare.py``): ``<out>/trl_compare.json`` and
+``.md``.
 
 Run from the repository root:
     .venv/bin/python -m bench.learning --quick                 # ~5 min smoke run, one seed
     .venv/bin/python -m bench.learning --seeds 0          # one seed of the reported setting (~40 min alone)
     .venv/bin/python -m bench.learning --merge a.json b.json c.json  # seeds run side by side -> one result
-    .venv/bin/python -m bench.learning --trl
+    .venv/bin/python -m bench.learning --trl --out docs/results/learning   # ~40 min: 2 settings x 4 sides x 3 runs
 """
 
 from __future__ import annotations
@@ -232,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 leaves the other core free)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--name", default="learning", help="basename of the JSON / PNG files")
-    ap.add_argument("--trl", action="store_true", help="compare one AEPO update with one TRL GRPOTrainer step")
+    ap.add_argument("--trl", action="store_true", help="compare the Learner's steps with TRL GRPOTrainer's")
+    ap.add_argument("--trl-runs", type=int, default=3, help="--trl: runs per side (medians are reported)")
+    ap.add_argument("--trl-settings", nargs="+", choices=["224", "1280x720"], default=["224", "1280x720"])
+    ap.add_argument("--trl-sides", nargs="+", choices=["ours", "ours_unshared", "trl", "trl_no_gc"],
+                    default=["ours", "ours_unshared", "trl", "trl_no_gc"])
     ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                     help="combine the JSON of runs made side by side (one seed each, same config) into one "
                          "<out>/<name>.json and curves PNG; runs nothing")
@@ -258,10 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {json_path}, {png_path} and {args.out / f'{args.name}.md'}")
         return 0
     if args.trl:
-        from bench.learning.trl_compare import compare
+        from bench.learning.trl_compare import compare, markdown_table
 
-        result = compare(args.out / "trl_compare.json", threads=args.threads)
-        print(json.dumps(result, indent=2))
+        path = args.out / "trl_compare.json"
+        result = compare(path, threads=args.threads, runs=args.trl_runs, settings=tuple(args.trl_settings),
+                         sides=tuple(args.trl_sides))
+        print(markdown_table(result))
+        print(f"wrote {path} and {path.with_suffix('.md')}")
         return 0
 
     from bench.learning.plots import plot_curves

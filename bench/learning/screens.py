@@ -43,6 +43,14 @@ PRESET: ModelPreset = preset_for("handeye-bench-1m", fmt="infigui-g1", variant="
                                  decoding=Decoding(temperature=0.0, max_new_tokens=40))
 """InfiGUI-G1's no_think prompt; the pixel budget makes a 224 x 224 frame its own model-input size."""
 
+WIDE_FRAME = (1280, 720)
+"""The throughput comparison's screen-sized frame (``bench/learning/trl_compare.py``, setting ``1280x720``)."""
+WIDE_PRESET: ModelPreset = preset_for("handeye-bench-1m", fmt="infigui-g1", variant="no_think",
+                                      min_pixels=4 * 28 * 28, max_pixels=1288 * 728,
+                                      decoding=Decoding(temperature=0.0, max_new_tokens=40))
+"""The same prompt with a pixel budget that keeps a 1280 x 720 frame whole: model input 1288 x 728, 1,196 image
+tokens (the size of a real screenshot's prompt, as Qwen2.5-VL's default budget gives it)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Screen:
@@ -133,6 +141,24 @@ def to_prompt(screen: Screen, origin: dict | None = None) -> RolloutPrompt:
     messages = [{**m, "content": [({"type": "image"} if p.get("type") == "image" else p) for p in m["content"]]}
                 for m in messages]
     return RolloutPrompt(messages, screen.image, (SIZE, SIZE), target=screen.box,
+                         origin={"instruction": screen.instruction, **(origin or {})})
+
+
+def to_wide_prompt(screen: Screen, origin: dict | None = None) -> RolloutPrompt:
+    """The screen stretched to a 1280 x 720 frame, resized to its model-input size (1288 x 728) as ``agent run``
+    resizes a frame, with the box scaled alike: the same task with a real screenshot's number of image tokens."""
+    from PIL import Image
+
+    space = WIDE_PRESET.space(WIDE_FRAME)
+    width, height = space.input_size
+    frame = Image.fromarray(screen.image).resize(WIDE_FRAME, Image.BILINEAR)
+    image = np.asarray(frame.resize((width, height), Image.BILINEAR))
+    fx, fy = width / SIZE, height / SIZE
+    x1, y1, x2, y2 = screen.box
+    messages = InfiGuiG1Format().build_prompt(screen.instruction, (), space, WIDE_PRESET).messages
+    messages = [{**m, "content": [({"type": "image"} if p.get("type") == "image" else p) for p in m["content"]]}
+                for m in messages]
+    return RolloutPrompt(messages, image, WIDE_FRAME, target=(x1 * fx, y1 * fy, x2 * fx, y2 * fy),
                          origin={"instruction": screen.instruction, **(origin or {})})
 
 

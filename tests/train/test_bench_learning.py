@@ -127,3 +127,31 @@ def test_merge_combines_arms_run_later_from_the_same_start(tmp_path):
     other.write_text(json.dumps(run))
     with pytest.raises(SystemExit, match="seed 0 has a different SFT result"):
         merge_runs([first, other])
+
+
+def test_trl_compare_medians_and_ratios(monkeypatch):
+    """The throughput comparison's bookkeeping on made-up worker results: warm steps only, medians over runs,
+    ratios against both TRL sides, the markdown table; and the 1280 x 720 setting's prompt."""
+    from bench.learning import trl_compare
+    from bench.learning.screens import screens, to_wide_prompt
+
+    def fake(kind, model_dir, threads, setting):
+        speed = {"ours": 4.0, "ours_unshared": 2.0, "trl": 1.0, "trl_no_gc": 2.0}[kind]
+        step = {"step_s": 16 / speed, "generate_s": 1.0, "update_s": 16 / speed - 1.0, "samples": 16}
+        return {"rss_loaded_mb": 100.0, "steps": [{**step, "step_s": 99.0, "peak_rss_mb": 150.0},
+                                                  {**step, "peak_rss_mb": 100.0 + 100 * speed},
+                                                  {**step, "peak_rss_mb": 120.0}]}
+
+    monkeypatch.setattr(trl_compare, "_run_worker", fake)
+    res = trl_compare.compare_setting(trl_compare.SETTINGS["1280x720"], "model", 1, runs=3)
+    ours = res["medians"]["ours"]
+    assert ours["samples_per_s"] == 4.0 and ours["runs"] == 3  # the cold first step is left out
+    assert ours["speed_vs_trl"] == 4.0 and ours["speed_vs_trl_no_gc"] == 2.0
+    assert ours["memory_rise_vs_trl"] == 4.0 and ours["memory_rise_vs_trl_no_gc"] == 2.0  # rises 400, 100, 200 MB
+    assert "speed_vs_trl" not in res["medians"]["trl_no_gc"]
+    table = trl_compare.markdown_table({"settings": {"1280x720": res}})
+    assert "| 1280x720 | handeye `Learner`, shared prefix | 4.0 | **4.00x** / **2.00x** |" in table
+    prompt = to_wide_prompt(screens(1, 1)[0])
+    assert prompt.image.shape == (728, 1288, 3) and prompt.frame_size == (1280, 720)
+    x1, y1, x2, y2 = prompt.target
+    assert 0 <= x1 < x2 <= 1288 and 0 <= y1 < y2 <= 728

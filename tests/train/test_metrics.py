@@ -230,13 +230,17 @@ def test_gpu_step_help_and_no_gpu_message():
 def test_gpu_step_cpu_smoke(tmp_path):
     out = tmp_path / "gpu_step.json"
     # lora+gc and full between them run every code path of the four configs (peft, checkpointing, full weights);
-    # full+gc is made to run out of memory. Two timed updates each keep this quick on a busy CPU.
+    # full+gc is made to run out of memory. Two timed updates each keep this quick on a busy CPU. The shared-prefix
+    # path runs the same update (the same gradient norm) and has no checkpointed config.
     r = run_bench("--device", "cpu", "--tiny", "--image", "112x112", "--response-tokens", "8", "--prompt-tokens", "8",
-                  "--configs", "lora+gc", "full", "full+gc", "--runs", "1", "--warmup", "1",
-                  "--simulate-oom", "full+gc", "--out", str(out))
+                  "--configs", "lora+gc", "full", "full+gc", "--paths", "unshared", "shared", "--runs", "1",
+                  "--warmup", "1", "--simulate-oom", "full+gc", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
-    rows = {row["config"]: row for row in result["results"]}
+    shared = {row["config"]: row for row in result["results"] if row["path"] == "shared"}
+    assert [shared[c]["status"] for c in ("lora+gc", "full", "full+gc")] == ["n/a", "ok", "n/a"]
+    rows = {row["config"]: row for row in result["results"] if row["path"] == "unshared"}
+    assert shared["full"]["grad_norm"] == pytest.approx(rows["full"]["grad_norm"], rel=1e-4)
     assert list(rows) == ["lora+gc", "full", "full+gc"]
     assert rows["lora+gc"]["lora"] and rows["lora+gc"]["checkpointing"] and not rows["full"]["checkpointing"]
     for name in ("lora+gc", "full"):
