@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
                     help="the spool's size limit: messages the broker has not acknowledged (default 2048)")
     ac.add_argument("--fsync", action="store_true", help="fsync every spooled message (survives a power cut)")
     ac.add_argument("--raw-frames", action="store_true",
-                    help="send frames as raw pixels instead of lossless PNG (less CPU, 10-100x more bytes)")
+                    help="send frames as raw pixels instead of deflated (less CPU, 10-30x more bytes)")
     add_bus_arguments(ac)
 
 
@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("model.path is empty: give the learner's config (--config) or --set model.path=...")
         options = ActorOptions(name=name, env=args.env, device=kind, serial=serial, policy_url=policy_url,
                                run_dir=args.run_dir or "", group_level=args.group_level, max_steps=args.max_steps,
-                               spool_mb=args.spool_mb, fsync=args.fsync, compress="" if args.raw_frames else "png",
+                               spool_mb=args.spool_mb, fsync=args.fsync, compress="" if args.raw_frames else "zlib",
                                max_episodes=args.episodes,
                                max_wall_s=args.minutes * 60)
         broker, key = bus_settings(args)

@@ -63,8 +63,8 @@ class ActorOptions:
     """Spooled messages at which the actor pauses until the broker has taken some."""
     spool_mb: int = 2048
     fsync: bool = False
-    compress: str = "png"
-    """How frames travel: "png" (lossless, 10-100x fewer bytes) or "" (raw pixels: less CPU, more bandwidth)."""
+    compress: str = "zlib"
+    """How frames travel: "zlib" (lossless, 10-30x fewer bytes) or "" (raw pixels: less CPU, more bandwidth)."""
     max_episodes: int = 0
     max_wall_s: float = 0.0
 

@@ -57,7 +57,7 @@ class MqttTransport:
     def __init__(self, broker: BrokerConfig, *, role: str, key: bytes | None = None, actor: str = "",
                  spool: Spool | None = None, allow: tuple[str, ...] = (), announce_url: str = "",
                  max_bytes: int = MAX_BYTES, window: int = 32, max_buffered: int = 64,
-                 status_extras: Callable[[], dict[str, Any]] | None = None, compress: str = "png") -> None:
+                 status_extras: Callable[[], dict[str, Any]] | None = None, compress: str = "zlib") -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         if role == "actor" and (not actor or spool is None):
@@ -67,7 +67,7 @@ class MqttTransport:
         self.announce_url = announce_url.rstrip("/")
         self.max_bytes, self.window, self.max_buffered = max_bytes, window, max_buffered
         self.compress = compress
-        """How image parts travel (``train.wire``): "png" (lossless, 10-100x fewer bytes for screens) or ""."""
+        """How image parts travel (``train.wire``): "zlib" (lossless, 10-30x fewer bytes for screens) or ""."""
         self.status_extras = status_extras
         """Fields every status of this actor adds (device, host, steps/s, refused versions)."""
         self.inbox = Inbox(self.topics, self._deliver, allow=allow, max_bytes=max_bytes)
