@@ -10,6 +10,7 @@
 - ``trainer``: the loop behind ``agent train``; ``build``: its parts from a config; ``config``: its settings;
   ``checkpoint``: save and resume; ``monitors``: collapse monitors and early stopping; ``metrics``: JSONL,
   TensorBoard, curves, progress.
-- ``adapters`` and ``transport``: published adapter versions and the messages of an online session.
+- ``adapters``: published adapter versions; ``messages``, ``wire`` and ``transport``: the messages of an online
+  session, their bytes on a bus, and the interface they travel through.
 - ``errors``: every training error, under ``TrainError``.
 """

@@ -41,13 +41,15 @@ Modules, in reading order: ``settings`` (OnlineConfig, OnlineError, the settings
 stream, the shared curriculum, the episode queue), ``versions`` (loading versions, timing their propagation),
 ``context`` (what actors and learner see of the session), ``batcher`` (batched generation for the actors),
 ``actors`` (an actor and the policy of its episodes, the step reward), ``learner`` (the learner thread and its feed),
-``session`` (the wiring, the monitor, shutdown), ``curve``. The command, ``agent train --online``, is
+``session`` (the wiring, the monitor, shutdown), ``results`` (what a session did), ``curve``. The fleet
+(``agent.fleet``, docs/fleet.md) runs the same actors and learner in separate processes, over MQTT. The command, ``agent train --online``, is
 ``agent.cli.train_online``. docs/online.md has the whole picture.
 """
 
 from agent.online.actors import OnlineActor, step_reward
 from agent.online.curve import curve_points, plot_online_curve
-from agent.online.session import OnlineResult, OnlineSession
+from agent.online.results import OnlineResult
+from agent.online.session import OnlineSession
 from agent.online.settings import DEVICE_KINDS, OnlineConfig, OnlineError, config_overrides, load_session
 from agent.online.tasks import TaskDraw, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock

@@ -66,6 +66,10 @@ class OnlineSession:
                               f"--device-kind {online.device_kind}" + (
                                   "; no registered environment runs on the desktop yet"
                                   if online.device_kind == "desktop" else ""))
+        if online.device_kind == "desktop" and online.devices > 1 and not online.remote_actors:
+            raise OnlineError(f"{online.devices} desktop actors in one process would share one screen: run one here "
+                              f"(--devices 1), and more as agent actor processes on displays of their own "
+                              f"(docs/fleet.md)")
         if online.device_kind == "android" and online.devices > 1 and len(online.serials) < online.devices:
             raise OnlineError(f"{online.devices} android actors need {online.devices} phone serials "
                               f"(OnlineConfig.serials), got {len(online.serials)}")
