@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from agent.cli import train_online
@@ -69,8 +70,6 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, OnlineError, FleetError, ValueError) as exc:
         return print_error(str(exc))
     online = replace(online, remote_actors=True)
-    from pathlib import Path
-
     try:
         server = VersionServer(Path(config.train.run_dir) / "adapters", host=host, port=port,
                                advertise=args.advertise).start()
@@ -87,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     return code
 
 
-def _write_counts(run_dir: Any, counts: dict[str, int]) -> None:
+def _write_counts(run_dir: Path, counts: dict[str, int]) -> None:
     """What the bus refused and how often it reconnected, next to the session's summary."""
     if run_dir.is_dir():
         (run_dir / "fleet.json").write_text(json.dumps({"counts": counts}, indent=1) + "\n", encoding="utf-8")

@@ -167,3 +167,31 @@ def test_versions_travel_over_http_and_are_checked_on_arrival(tmp_path):
             fetch_version(replace(remote, path=f"{server.url}/etc"), tmp_path / "a5")
     with pytest.raises(OSError):  # the server is gone: the follower keeps its version and tries again
         fetch_version(remote, tmp_path / "a6", timeout_s=2)
+
+
+def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monkeypatch, capsys):
+    from agent.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    tiny = ["--set", 'model.path="tiny"']
+    assert main(["actor", "--broker", "mqtt://127.0.0.1:9", "--device", "web", "--env", "generated/click",
+                 *tiny]) == 2
+    assert "no fleet key" in capsys.readouterr().out
+    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    assert main(["actor", "--broker", "mqtt://127.0.0.1:9", "--device", "web", "--env", "desktop/click", *tiny]) == 2
+    assert "runs on a desktop device, not --device web" in capsys.readouterr().out
+    assert main(["actor", "--broker", "mqtt://u:pw@127.0.0.1:9", "--device", "web", "--env", "generated/click",
+                 *tiny]) == 2
+    assert "carries a password" in capsys.readouterr().out
+    assert main(["actor", "--broker", "mqtt://127.0.0.1:9", "--device", "web", "--env", "generated/click",
+                 "--name", "a/b", *tiny]) == 2
+    assert "topic level" in capsys.readouterr().out
+    assert main(["learner", "--broker", "mqtt://127.0.0.1:9", "--env", "generated/click", "--serve", "nowhere",
+                 *tiny]) == 2
+    assert "HOST:PORT" in capsys.readouterr().out
+    assert main(["learner", "--broker", "mqtt://127.0.0.1:9", "--env", "generated/click", "--actors", "ok,no/pe",
+                 *tiny]) == 2
+    assert "topic level" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()  # nothing was started
+    assert main(["fleet", "key", str(tmp_path / "k")]) == 0 and main(["fleet", "key", str(tmp_path / "k")]) == 2
