@@ -202,14 +202,22 @@ def steps_fleet(folder: Path, devices: int, seconds: float) -> float:
         start = time.time()
         time.sleep(seconds)
         end = time.time()
-        steps = 0
-        for n in names:
-            for path in (fleet.folder / f"actor-{n}").glob("ep*/steps.jsonl"):
-                steps += sum(1 for line in path.read_text().splitlines()
-                             if line and start <= json.loads(line)["started_at"] < end)
+        steps = sum(1 for n in names for path in (fleet.folder / f"actor-{n}").glob("ep*/steps.jsonl")
+                    for row in _rows(path) if start <= row["started_at"] < end)
         return steps / (end - start)
     finally:
         fleet.close()
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """The whole lines of a steps.jsonl an actor may be writing to."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 def main() -> int:
@@ -223,18 +231,26 @@ def main() -> int:
     out: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     out["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                       "load": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every part: a later part that fails keeps the earlier figures
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         folder = Path(tmp)
         if "throughput" in args.parts:
             out["throughput"] = throughput(folder, args.quick)
+            save()
         if "propagation" in args.parts:
             out["propagation"] = propagation(folder, 16, 3 if args.quick else 8)
+            save()
         if "steps" in args.parts:
-            out["steps"] = [{"actors": d, "one_process_steps_per_s": steps_in_process(folder, d, args.steps_seconds),
-                             "fleet_steps_per_s": steps_fleet(folder, d, args.steps_seconds)}
-                            for d in args.devices]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+            out["steps"] = []
+            for d in args.devices:
+                out["steps"].append({"actors": d, "seconds": args.steps_seconds,
+                                     "one_process_steps_per_s": steps_in_process(folder, d, args.steps_seconds),
+                                     "fleet_steps_per_s": steps_fleet(folder, d, args.steps_seconds)})
+                save()
     _table(out)
     return 0
 

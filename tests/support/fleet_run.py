@@ -141,7 +141,10 @@ class Fleet:
         out = []
         for steps in sorted((self.folder / f"actor-{name}").glob("ep*/steps.jsonl")):
             for line in steps.read_text().splitlines():
-                version = json.loads(line).get("info", {}).get("policy", {}).get("adapter_version")
+                try:
+                    version = json.loads(line).get("info", {}).get("policy", {}).get("adapter_version")
+                except ValueError:  # the line the actor is writing now
+                    continue
                 if version:
                     out.append(int(version.rsplit("@", 1)[1]))
         return out

@@ -195,3 +195,15 @@ def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monke
     assert "topic level" in capsys.readouterr().out
     assert not (tmp_path / "runs").exists()  # nothing was started
     assert main(["fleet", "key", str(tmp_path / "k")]) == 0 and main(["fleet", "key", str(tmp_path / "k")]) == 2
+
+
+def test_agent_help_does_not_import_the_mqtt_client():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys; from agent.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+            "print('HEAVY', [m for m in ('aiomqtt', 'paho') if m in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in r.stdout and "learner" in r.stdout and "actor" in r.stdout, r.stdout + r.stderr
