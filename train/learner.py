@@ -6,8 +6,9 @@ no reload. One ``step(groups)``:
 
 1. drops samples more than ``max_staleness`` updates behind (their adapter version says how far), counted;
 2. computes one advantage per sample from the rewards of its group (RLOO for AEPO, GRPO's std-normalised one);
-3. re-encodes each sample's prompt exactly as the backend does (its processor and chat template, the image as the
-   model-input array) and appends the response token ids (``encode_example``);
+3. re-encodes the prompts exactly as the backend does (its processor and chat template, the image as the
+   model-input array): each distinct prompt once (``train.prefix.UpdatePlan``), or with ``shared_prefix=False``
+   each sample's prompt + response on every pass (``encode_example``);
 4. fixes the "old" log-probs for the PPO ratio: the samples' behaviour log-probs when they are fresh and there is a
    single update per batch, else the current policy's, recomputed once before the first update; in that case a
    sample with behaviour log-probs also gets the truncated importance weight pi_old / pi_behaviour (capped at

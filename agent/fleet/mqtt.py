@@ -333,7 +333,11 @@ class MqttTransport:
     async def _read(self, client: Any) -> None:
         async for message in client.messages:
             payload = message.payload if isinstance(message.payload, (bytes, bytearray)) else b""
-            self.inbox.take(str(message.topic), bytes(payload))
+            try:
+                self.inbox.take(str(message.topic), bytes(payload))
+            except Exception:  # a message the checks missed must not end the client: logged, counted, skipped
+                self._count("errors")
+                log.exception("a message on %s could not be taken; skipped", message.topic)
             while self.role == "learner" and self._groups.qsize() >= self.max_buffered:
                 await asyncio.sleep(0.02)  # the learner is behind: let the broker hold the rest
 

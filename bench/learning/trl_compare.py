@@ -235,11 +235,15 @@ def markdown_table(result: dict[str, Any]) -> str:
                 continue
             speed = " / ".join(f"**{m[k]:.2f}x**" for k in (f"speed_vs_{b}" for b in BASELINES) if k in m)
             mem = " / ".join(f"**{m[k]:.2f}x**" for k in (f"memory_rise_vs_{b}" for b in BASELINES) if k in m)
-            runs = ", ".join(f"{v:.1f}" for v in m["samples_per_s_all"])
-            rows.append(f"| {name} | {names.get(side, side)} | {m['samples_per_s']:.1f} | {speed} | "
+            runs = ", ".join(_rate(v) for v in m["samples_per_s_all"])
+            rows.append(f"| {name} | {names.get(side, side)} | {_rate(m['samples_per_s'])} | {speed} | "
                         f"{m['generate_s']:.2f} + {m['update_s']:.2f} s | {m['peak_rss_delta_mb']:,.0f} MB | {mem} | "
                         f"{runs} |")
     return "\n".join(rows) + "\n"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def compare(out: Path, threads: int = 1, runs: int = 3, settings: tuple[str, ...] = tuple(SETTINGS),

@@ -139,7 +139,7 @@ def test_train_online_stops_cleanly_on_sigterm_like_ctrl_c(tmp_path, monkeypatch
 
     monkeypatch.setattr(agent.online, "OnlineSession", Session)
     config = SimpleNamespace(train=SimpleNamespace(run_dir=str(tmp_path)))
-    assert train_online._run(SimpleNamespace(resume=None), config, None) == 143
+    assert train_online.run_session(SimpleNamespace(resume=None), config, SimpleNamespace(remote_actors=0)) == 143
 
 
 def test_stop_signals_leave_ignored_signals_alone_and_hand_over_the_first():

@@ -261,7 +261,8 @@ class OpenAICompatServer:
             self._turn = asyncio.Lock()
         async with self._turn:
             if adapter is None:
-                self.backend.disable_adapter()
+                if hasattr(self.backend, "disable_adapter"):  # a backend without adapters serves its base weights
+                    self.backend.disable_adapter()
             else:
                 self.backend.use_adapter(adapter)
             self.served_by.append(adapter)

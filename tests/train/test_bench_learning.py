@@ -150,7 +150,7 @@ def test_trl_compare_medians_and_ratios(monkeypatch):
     assert ours["memory_rise_vs_trl"] == 4.0 and ours["memory_rise_vs_trl_no_gc"] == 2.0  # rises 400, 100, 200 MB
     assert "speed_vs_trl" not in res["medians"]["trl_no_gc"]
     table = trl_compare.markdown_table({"settings": {"1280x720": res}})
-    assert "| 1280x720 | handeye `Learner`, shared prefix | 4.0 | **4.00x** / **2.00x** |" in table
+    assert "| 1280x720 | handeye `Learner`, shared prefix | 4.00 | **4.00x** / **2.00x** |" in table
     prompt = to_wide_prompt(screens(1, 1)[0])
     assert prompt.image.shape == (728, 1288, 3) and prompt.frame_size == (1280, 720)
     x1, y1, x2, y2 = prompt.target
