@@ -341,7 +341,8 @@ class Learner:
         group_ids = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         adv = self.group_advantages(groups)
-        max_stale = max(self.staleness(s) for s in samples)
+        lags = [self.staleness(s) for s in samples]
+        max_stale = max(lags)
         recompute_old = self.ppo_epochs * self.minibatches > 1 or max_stale > 0
 
         totals: dict[str, float] = {}
@@ -381,6 +382,7 @@ class Learner:
             "train/stale_dropped": float(dropped_stale),
             "train/bad_samples": float(bad),
             "train/staleness_max": float(max_stale),
+            "train/staleness_mean": sum(lags) / len(lags),
             "train/lr": float(self.scheduler.get_last_lr()[0]),
             "train/optimizer_steps": float(self.optimizer_steps),
             "train/step": float(self.steps),

@@ -1,7 +1,7 @@
 """Online-session benchmarks.
 
     .venv/bin/python -m bench.online throughput [--devices 1 2 4] [--runs 3] [--seconds 30]
-    .venv/bin/python -m bench.online curve [--sft PATH] [--minutes 8] [--sft-minutes 8]
+    .venv/bin/python -m bench.online curve [--seeds 0 1 2] [--updates 120] [--setting a|hard] [--arms offline online]
 
 Results go to bench/results/online_*.json (and .png); copies in docs/results/ are what docs/online.md shows.
 """
@@ -36,12 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument("--runs", type=int, default=3)
     tp.add_argument("--seconds", type=float, default=30.0, help="acting time per run")
     tp.add_argument("--out", type=Path, default=REPO / "bench/results/online_throughput.json")
-    cv = sub.add_parser("curve", help="learning curves of online runs, step- and episode-level groups")
-    cv.add_argument("--sft", type=Path, help="a model folder to start from (default: SFT one here)")
-    cv.add_argument("--sft-minutes", type=float, default=8.0)
-    cv.add_argument("--minutes", type=float, default=8.0, help="wall time of each online run")
-    cv.add_argument("--devices", type=int, default=2)
-    cv.add_argument("--levels", nargs="+", default=["step", "episode"])
+    cv = sub.add_parser("curve", help="online AEPO against offline AEPO from the learning benchmark's SFT checkpoint")
+    cv.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    cv.add_argument("--setting", choices=["a", "hard"], default="a", help="the learning benchmark's setting")
+    cv.add_argument("--updates", type=int, default=120, help="updates per arm (x 64 trained samples)")
+    cv.add_argument("--arms", nargs="+", choices=["offline", "online"], default=["offline", "online"])
+    cv.add_argument("--devices", type=int, default=2, help="browser actors of the online arm")
+    cv.add_argument("--finetune", choices=["full", "lora"], default="full")
+    cv.add_argument("--sft-dir", type=Path, default=REPO / "bench/results/learning/sft",
+                    help="SFT checkpoints saved by python -m bench.learning (trained and saved here if missing)")
+    cv.add_argument("--quick", action="store_true", help="the learning benchmark's smoke budget (200 test screens)")
     cv.add_argument("--work", type=Path, help="where run folders go (default: a temporary folder)")
     cv.add_argument("--out", type=Path, default=REPO / "bench/results/online_curve.json")
     args = parser.parse_args(argv)

@@ -1,16 +1,28 @@
-"""Learning curves of online runs: success rate over wall time, step-level against episode-level groups.
+"""Does online RL learn as much as offline RL from the same start? ``python -m bench.online curve``.
 
-The starting point is a supervised (SFT) checkpoint of the learning benchmark's ~1M-parameter Qwen2.5-VL on its
-shape screens (bench/learning): ``--sft PATH`` takes a model folder, otherwise one is trained here with that
-benchmark's own model, screens and recipe (full-weight SFT at lr 1e-3, stopped once greedy top-1 accuracy on 100
-validation screens is in [30%, 60%] or at ``--sft-minutes``). Each online run then starts from it with a fresh LoRA
-adapter: ``--devices`` browser actors on ``bench/shapes`` (bench/online/shapes.py: the same screens in Chromium),
-8 answers per screen (step level) or 8 episodes per task seed (episode level), 4 groups per update, AEPO, for
-``--minutes`` of wall time each, with torch on one thread.
+Per seed:
 
-Reported per run: episodes, updates, the success rate of the executed actions per tenth of the wall time with
-Wilson 95% intervals, and the change from the first quarter of the episodes to the last quarter with a Newcombe
-95% interval. Writes ``bench/results/online_curve.json`` and ``bench/results/online_curve.png``.
+1. the learning benchmark's SFT checkpoint for its setting (``--setting a``: bench/learning's reported setting;
+   ``hard``), reused from ``--sft-dir`` (default bench/results/learning/sft, where ``python -m bench.learning``
+   saves them) or trained there with that benchmark's recipe;
+2. **offline arm**: bench/learning's AEPO arm from it, ``--updates`` updates of 8 screens x 8 answers
+   (``bench.learning.run.rl_arm``: full fine-tuning, lr 1e-4 with 2 warm-up updates, T = 1, 128 new tokens);
+3. **online arm**: an ``OnlineSession`` from the same checkpoint with the same RL settings and the same number of
+   updates, on the same kind of screens shown in Chromium (``bench/shapes-a`` / ``bench/shapes-hard``) to
+   ``--devices`` browser actors, step-level groups (8 answers to one screen, each scored by the page's verifier
+   with AEPO's reward), full fine-tuning published as versioned full weights and swapped into the actors' model
+   between steps (``--finetune lora`` instead: a fresh adapter);
+4. both arms' models scored greedily on the learning benchmark's 1,000 held-out screens; the paired bootstrap
+   (10,000 resamples) gives each arm's lift over SFT with its 95% interval.
+
+The arms take the same number of updates and of trained samples (64 per update). They differ in what reaches an
+update: the offline arm trains on every group, the online learner leaves out groups whose 8 rewards are equal
+(they carry no gradient without a KL term, docs/online.md), so the actors sample more answers than it trains on;
+both counts are reported. Also reported for the online arm: the success rate of the executed action per tenth of
+the wall time (Wilson 95%), samples dropped as stale, the staleness of trained samples (mean and max over updates)
+and the mean truncated importance weight.
+
+Writes ``--out`` (JSON) and a PNG beside it; prints a table.
 """
 
 from __future__ import annotations
@@ -21,135 +33,166 @@ import logging
 import math
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
-BAND = (0.30, 0.60)
+ENVS = {"a": "bench/shapes-a", "hard": "bench/shapes-hard"}
+"""The learning benchmark's setting -> the environment showing its screens in a browser."""
 
 
-def sft_model(work: Path, minutes: float, seed: int = 0) -> tuple[Path, dict[str, Any]]:
-    """A model folder SFT'd with the learning benchmark's recipe (see the module docstring)."""
-    import numpy as np
-    import torch
+def bench_config(setting: str, updates: int, quick: bool) -> Any:
+    """The learning benchmark's config for ``setting`` with ``updates`` RL updates (``quick``: its smoke budget)."""
+    from bench.learning.__main__ import budget_config
 
-    from bench.learning import rewards
-    from bench.learning.model import build_model
-    from bench.learning.run import VAL_SEED
-    from bench.learning.screens import PRESET, make_screen, screens, target_text, to_prompt
+    cfg = budget_config(None, quick, ["aepo"], setting)
+    return replace(cfg, rl_steps=updates, rl_eval_every=max(1, updates // 6))
+
+
+def offline_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray) -> dict[str, Any]:
+    from bench.learning.run import held_out, rl_arm
+    from bench.learning.screens import PRESET
     from policy.backends.hf import TransformersBackend
-    from train.sft import SFTExample, SupervisedLearner, greedy_accuracy
 
-    torch.manual_seed(seed)
-    base = build_model(work / "base-model", seed)
-    backend = TransformersBackend(base, preset=PRESET, dtype="float32")
-    learner = SupervisedLearner(backend, finetune="full", lr=1e-3)
-    val = [to_prompt(s) for s in screens(VAL_SEED, 100, 3, "gradient")]
-    rng = np.random.default_rng([seed, 1])
-    t0, step, acc, curve = time.perf_counter(), 0, 0.0, []
-    while time.perf_counter() - t0 < minutes * 60:
-        batch = [make_screen(rng, 3, "gradient") for _ in range(16)]
-        learner.step([SFTExample(to_prompt(s).messages, s.image, target_text(s)) for s in batch])
-        step += 1
-        if step % 25 == 0:
-            acc = greedy_accuracy(backend, val, rewards.top1_hit, batch_size=50, max_new_tokens=40).accuracy
-            curve.append({"step": step, "val_accuracy": acc, "seconds": time.perf_counter() - t0})
-            log.info("SFT step %d: validation top-1 %.2f", step, acc)
-            if acc >= BAND[0]:
-                break
-    out = work / "sft-model"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    for f in base.iterdir():
-        if f.name not in ("model.safetensors", "config.json"):
-            shutil.copy2(f, out / f.name)
-    backend.model.save_pretrained(str(out))
-    return out, {"steps": step, "val_accuracy": acc, "seconds": time.perf_counter() - t0, "curve": curve,
-                 "in_band": BAND[0] <= acc <= BAND[1]}
+    val, test = held_out(cfg)
+    backend = TransformersBackend(model, preset=PRESET, dtype="float32")
+    return {**rl_arm("aepo", seed, cfg, backend, sft_correct, val, test), "updates": cfg.rl_steps}
 
 
-def online_run(model: Path, level: str, minutes: float, devices: int, work: Path) -> dict[str, Any]:
-    import bench.online.shapes  # noqa: F401 - registers bench/shapes
+def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str) -> Any:
     from agent.config import load_train_config
-    from agent.online import OnlineConfig, OnlineSession, curve_points
 
-    run_dir = work / f"online-{level}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = load_train_config(None, [
+    lora = ['model.lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"]'] if finetune == "lora" else []
+    return load_train_config(None, [
         f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
-        "data.think=false", 'model.lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"]',
-        "rl.lr=5e-4", "rl.group_size=8", "rl.batch_prompts=4", "rl.max_new_tokens=40", "train.steps=100000",
-        "checkpoint.every=0", "log.tensorboard=false", "eval.every=0", "data.seeds=100000",
-        f'train.run_dir="{run_dir}"'])
-    session = OnlineSession(cfg, OnlineConfig(env="bench/shapes", devices=devices, group_level=level,
-                                              max_wall_s=minutes * 60, torch_threads=1, progress_every_s=60,
-                                              report=False))
+        'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
+        'train.algo="aepo"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
+        f"rl.lr={cfg.rl_lr}", f"rl.warmup_steps={cfg.rl_warmup}", f"rl.group_size={cfg.group_size}",
+        f"rl.batch_prompts={cfg.prompts_per_step}", f"rl.max_new_tokens={cfg.max_new_tokens}",
+        "filter.drop_all_correct=false", "checkpoint.every=0", "log.tensorboard=false", "eval.every=0",
+        "data.seeds=100000"])
+
+
+def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env: str, devices: int, work: Path,
+               finetune: str) -> dict[str, Any]:
+    import bench.online.shapes  # noqa: F401 - registers bench/shapes*
+    from agent.online import OnlineConfig, OnlineSession, curve_points
+    from bench.learning.run import _evaluate, held_out, paired_bootstrap
+
+    run_dir = work / f"online-seed{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune),
+                            OnlineConfig(env=env, devices=devices, group_level="step", torch_threads=1,
+                                         progress_every_s=60, report=False))
+    t0 = time.perf_counter()
     result = asyncio.run(session.run())
+    wall = time.perf_counter() - t0
+    if result.updates < cfg.rl_steps:
+        raise RuntimeError(f"the online session stopped after {result.updates} of {cfg.rl_steps} updates "
+                           f"({result.stopped_by}); see {run_dir}")
+    backend = session.trainer.learner.backend  # the learner's model after its last update
+    val, test = held_out(cfg)
+    acc, correct, aps = _evaluate(backend, test, cfg)
+    mean, lo, hi = paired_bootstrap(correct, sft_correct, cfg.bootstrap, seed)
     rows = [json.loads(line) for line in (run_dir / "online.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["outcome"] not in ("aborted", "interrupted")]
-    q = max(1, len(rows) // 4)
-    first, last = rows[:q], rows[-q:]
-    s1, s2 = sum(r["outcome"] == "success" for r in first), sum(r["outcome"] == "success" for r in last)
-    return {"level": level, "episodes": len(rows), "updates": result.updates, "wall_s": result.wall_s,
-            "steps": result.steps, "success_rate": result.success_rate, "stale_dropped": result.stale_dropped,
-            "samples": result.samples, "curve": curve_points(rows, bins=10),
-            "first_quarter": {"episodes": len(first), "successes": s1, "rate": s1 / len(first)},
-            "last_quarter": {"episodes": len(last), "successes": s2, "rate": s2 / len(last)},
-            "change": newcombe(s1, len(first), s2, len(last)), "run_dir": str(run_dir)}
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = [m for m in metrics if "train/samples" in m]
+
+    def series(key: str) -> list[float]:
+        return [float(m[key]) for m in metrics if key in m]
+
+    lag_mean, lag_max, is_w = series("train/staleness_mean"), series("train/staleness_max"), series(
+        "train/is_weight_mean")
+    return {"finetune": finetune, "env": env, "devices": devices, "updates": result.updates,
+            "samples": int(sum(series("train/samples"))), "samples_generated": result.samples,
+            "episodes": len(rows), "success_rate": result.success_rate, "stale_dropped": result.stale_dropped,
+            "staleness_mean": float(np.mean(lag_mean)) if lag_mean else math.nan,
+            "staleness_max": max(lag_max) if lag_max else math.nan,
+            "staleness_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(lag_max, return_counts=True))},
+            "is_weight_mean": float(np.mean(is_w)) if is_w else math.nan,
+            "test_accuracy": acc, "test_answers_per_sample": aps, "delta_vs_sft": mean, "delta_ci95": [lo, hi],
+            "curve": curve_points(rows, bins=10), "wall_s": wall, "run_dir": str(run_dir)}
 
 
-def newcombe(s1: int, n1: int, s2: int, n2: int) -> dict[str, float]:
-    """p2 - p1 with Newcombe's hybrid-score 95% interval (from the two Wilson intervals)."""
-    from agent.eval import wilson_interval
+def run_seed(seed: int, args: Any, cfg: Any, work: Path) -> dict[str, Any]:
+    from bench.learning.run import sft_checkpoint, sft_folder
 
-    p1, p2 = s1 / n1, s2 / n2
-    l1, u1 = wilson_interval(s1, n1)
-    l2, u2 = wilson_interval(s2, n2)
-    d = p2 - p1
-    return {"diff": d, "low": d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2),
-            "high": d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)}
+    model, sft, sft_correct, _ = sft_checkpoint(seed, cfg, work, sft_folder(args.sft_dir, seed, cfg))
+    out: dict[str, Any] = {"seed": seed, "sft_model": str(model),
+                           "sft": {k: sft[k] for k in ("steps", "stop", "val_accuracy", "test_accuracy")}}
+    if "offline" in args.arms:
+        out["offline"] = offline_arm(model, seed, cfg, sft_correct)
+    if "online" in args.arms:
+        out["online"] = online_arm(model, seed, cfg, sft_correct, env=ENVS[args.setting], devices=args.devices,
+                                   work=work, finetune=args.finetune)
+    if "offline" in out and "online" in out:
+        off, on = out["offline"]["delta_vs_sft"], out["online"]["delta_vs_sft"]
+        out["online_over_offline"] = on / off if off > 0 else math.nan
+    return out
 
 
-def plot(runs: list[dict[str, Any]], png: Path) -> None:
+def table(seeds: list[dict[str, Any]]) -> str:
+    lines = ["| seed | SFT top-1 | arm | updates | samples trained (drawn) | top-1 | lift over SFT [95% CI] | "
+             "stale dropped | staleness mean (max) | IS weight | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in seeds:
+        for arm in ("offline", "online"):
+            a = s.get(arm)
+            if a is None:
+                continue
+            lo, hi = a["delta_ci95"]
+            bold = "**" if lo > 0 else ""
+            drawn = f" ({a['samples_generated']:,})" if arm == "online" else ""
+            extra = (f"{a['stale_dropped']} | {a['staleness_mean']:.2f} ({a['staleness_max']:.0f}) | "
+                     f"{a['is_weight_mean']:.3f} | {a['wall_s'] / 60:.0f} min" if arm == "online"
+                     else f" | | | {a['seconds'] / 60:.0f} min")
+            lines.append(f"| {s['seed']} | {s['sft']['test_accuracy']:.3f} | {arm} | {a['updates']} | "
+                         f"{a['samples']:,}{drawn} | {a['test_accuracy']:.3f} | {bold}{a['delta_vs_sft']:+.3f} "
+                         f"[{lo:+.3f}, {hi:+.3f}]{bold} | {extra} |")
+        if "online_over_offline" in s:
+            lines.append(f"| {s['seed']} | | online / offline lift | | | | {s['online_over_offline']:.2f}x | | | | |")
+    return "\n".join(lines)
+
+
+def plot(seeds: list[dict[str, Any]], png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for r in runs:
-        xs = [p["t_mid"] / 60 for p in r["curve"]]
-        ax.plot(xs, [p["success_rate"] for p in r["curve"]], marker="o",
-                label=f"{r['level']}-level groups ({r['episodes']} episodes, {r['updates']} updates)")
-        ax.fill_between(xs, [p["ci_low"] for p in r["curve"]], [p["ci_high"] for p in r["curve"]], alpha=0.15)
+    for s in seeds:
+        on = s.get("online")
+        if not on:
+            continue
+        xs = [p["t_mid"] / 60 for p in on["curve"]]
+        ax.plot(xs, [p["success_rate"] for p in on["curve"]], marker="o", label=f"seed {s['seed']}")
+        ax.fill_between(xs, [p["ci_low"] for p in on["curve"]], [p["ci_high"] for p in on["curve"]], alpha=0.15)
     ax.set_xlabel("wall time (min)")
-    ax.set_ylabel("success rate (executed action)")
+    ax.set_ylabel("success rate of the executed action")
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("online AEPO from SFT, bench/shapes, 2 browser actors, CPU")
+    ax.set_title("online AEPO from the learning benchmark's SFT checkpoint, CPU")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
-def table(runs: list[dict[str, Any]]) -> str:
-    lines = ["| groups | episodes | updates | first quarter | last quarter | change [95% CI] |",
-             "|---|---|---|---|---|---|"]
-    for r in runs:
-        f, last, c = r["first_quarter"], r["last_quarter"], r["change"]
-        lines.append(f"| {r['level']} | {r['episodes']} | {r['updates']} | {f['rate']:.0%} ({f['successes']}/"
-                     f"{f['episodes']}) | {last['rate']:.0%} ({last['successes']}/{last['episodes']}) | "
-                     f"{c['diff']:+.0%} [{c['low']:+.0%}, {c['high']:+.0%}] |")
-    return "\n".join(lines)
-
-
 def main(args: Any, work: Path) -> dict[str, Any]:
+    """Every seed in turn; ``args.out`` is rewritten after each, so a stopped run keeps what finished."""
     work.mkdir(parents=True, exist_ok=True)
-    if args.sft is not None:
-        model, sft = args.sft, {"given": str(args.sft)}
-    else:
-        model, sft = sft_model(work, args.sft_minutes)
-    runs = [online_run(model, level, args.minutes, args.devices, work) for level in args.levels]
-    plot(runs, args.out.with_suffix(".png"))
-    return {"sft": sft, "model": str(model), "runs": runs, "table": table(runs), "minutes_per_run": args.minutes}
+    cfg = bench_config(args.setting, args.updates, args.quick)
+    data: dict[str, Any] = {"setting": args.setting, "config": {k: getattr(cfg, k) for k in (
+        "rl_steps", "rl_lr", "rl_warmup", "prompts_per_step", "group_size", "max_new_tokens", "test_size",
+        "grid", "distractors", "mode")}, "devices": args.devices, "finetune": args.finetune, "seeds": []}
+    for seed in args.seeds:
+        data["seeds"].append(run_seed(seed, args, cfg, work))
+        data["table"] = table(data["seeds"])
+        args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        plot(data["seeds"], args.out.with_suffix(".png"))
+    return data

@@ -45,8 +45,9 @@ class ShapesEnv(OwnsDevice):
     """Shape screens in a browser (see the module docstring)."""
 
     def __init__(self, distractors: int = 3, background: str = "gradient", device: Any = None,
-                 env_name: str = NAME) -> None:
+                 env_name: str = NAME, grid: int = 2, mode: str = "share") -> None:
         self.name, self.distractors, self.background = env_name, distractors, background
+        self.grid, self.mode = grid, mode
         self._adopt_device(device)
         self.screen: Any = None
         self.done = False
@@ -65,7 +66,7 @@ class ShapesEnv(OwnsDevice):
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         from bench.learning.screens import make_screen
 
-        self.screen = make_screen(np.random.default_rng(seed), self.distractors, self.background)
+        self.screen = make_screen(np.random.default_rng(seed), self.distractors, self.background, self.grid, self.mode)
         device = await self._ensure_device()
         await device.page.set_content(_PAGE.format(s=SIZE, png=_png(self.screen.image)), wait_until="load")
         self.done = False
@@ -111,9 +112,19 @@ class ShapesEnv(OwnsDevice):
         await self._close_owned_device()
 
 
-if NAME not in REGISTRY:
-    register(NAME, "bench.online.shapes:ShapesEnv", "bench", "find a coloured shape on a 224 px screen (benchmark)",
-             max_steps=3)
-    from agent.online import DEVICE_KINDS
+SETTINGS = {
+    NAME: ("find a coloured shape on a 224 px screen (benchmark)", {}),
+    f"{NAME}-a": ("the learning benchmark's setting a: one distractor differing in colour and shape, 2 x 2 grid",
+                  {"distractors": 1, "grid": 2, "mode": "differ"}),
+    f"{NAME}-hard": ("the learning benchmark's hard setting: three look-alike distractors, 4 x 4 grid",
+                     {"distractors": 3, "grid": 4, "mode": "share"}),
+}
+"""Registered names -> (description, ShapesEnv arguments); the ``-a`` and ``-hard`` screens are
+``bench.learning``'s settings of the same names (``bench/learning/__main__.py``, SETTINGS)."""
 
-    DEVICE_KINDS.setdefault("bench", "web")
+for _name, (_about, _look) in SETTINGS.items():
+    if _name not in REGISTRY:
+        register(_name, "bench.online.shapes:ShapesEnv", "bench", _about, max_steps=3, env_name=_name, **_look)
+from agent.online import DEVICE_KINDS  # noqa: E402 - after the registrations, as the suite's device kind
+
+DEVICE_KINDS.setdefault("bench", "web")

@@ -155,3 +155,55 @@ def test_trl_compare_medians_and_ratios(monkeypatch):
     assert prompt.image.shape == (728, 1288, 3) and prompt.frame_size == (1280, 720)
     x1, y1, x2, y2 = prompt.target
     assert 0 <= x1 < x2 <= 1288 and 0 <= y1 < y2 <= 728
+
+
+def test_sft_checkpoint_is_saved_reused_and_refused_for_other_settings(tmp_path, monkeypatch):
+    """bench.learning saves its SFT checkpoint as a model folder with sft.json; the same seed and settings reuse it
+    (no training), other settings are refused naming the field, and the folder loads with the same weights."""
+    import dataclasses
+
+    import torch
+
+    from bench.learning import run
+    from bench.learning.screens import PRESET
+    from policy.backends.hf import TransformersBackend
+
+    cfg = BenchConfig(sft_max_steps=2, sft_max_minutes=5, sft_eval_every=1, sft_min_steps=0, val_size=4,
+                      test_size=6, max_new_tokens=8, eval_batch=6, sft_batch=2)
+    folder = run.sft_folder(tmp_path / "sft", 0, cfg)
+    assert folder.name.startswith("seed0-") and folder != run.sft_folder(tmp_path / "sft", 1, cfg)
+    assert folder != run.sft_folder(tmp_path / "sft", 0, dataclasses.replace(cfg, grid=4))
+    assert folder == run.sft_folder(tmp_path / "sft", 0, dataclasses.replace(cfg, rl_steps=7))  # RL does not count
+    made, info, correct, params = run.sft_checkpoint(0, cfg, tmp_path / "work", folder)
+    assert made == folder and info["steps"] == 2 and len(correct) == 6 and params > 0
+    meta = json.loads((folder / "sft.json").read_text())
+    assert meta["seed"] == 0 and meta["settings"]["grid"] == 2 and len(meta["test_correct"]) == 6
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a saved checkpoint with the same settings must be reused")
+
+    monkeypatch.setattr(run, "sft_stage", no_training)
+    again, info2, correct2, _ = run.sft_checkpoint(0, cfg, tmp_path / "work", folder)
+    assert again == folder and json.dumps(info2, sort_keys=True) == json.dumps(info, sort_keys=True)
+    assert (correct2 == correct).all()
+    with pytest.raises(ValueError, match=r"grid: 2 there, 4 here"):
+        run.load_sft(folder, 0, dataclasses.replace(cfg, grid=4))
+    with pytest.raises(ValueError, match=r"seed: 0 there, 1 here"):
+        run.load_sft(folder, 1, cfg)
+    a = TransformersBackend(folder, preset=PRESET, dtype="float32").model.state_dict()
+    b = TransformersBackend(folder, preset=PRESET, dtype="float32").model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    (folder / "sft.json").write_text("{")
+    with pytest.raises(ValueError, match="not an SFT checkpoint"):
+        run.load_sft(folder, 0, cfg)
+
+
+def test_hard_setting_is_what_its_docstring_says():
+    from bench.learning.__main__ import budget_config
+
+    cfg = budget_config(None, False, None, "hard")
+    assert (cfg.grid, cfg.distractors, cfg.mode, cfg.sft_band, cfg.arms) == (4, 3, "share", (0.05, 0.15),
+                                                                              ("aepo", "grpo"))
+    quick = budget_config(None, True, ["aepo"], "hard")
+    assert quick.grid == 4 and quick.rl_steps == 6 and quick.arms == ("aepo",)
+    assert budget_config(None, False, None, "a") == BenchConfig()
