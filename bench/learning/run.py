@@ -102,7 +102,7 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) ->
     return float(diff.mean()), float(lo), float(hi)
 
 
-def _evaluate(backend, prompts, cfg: BenchConfig) -> tuple[float, np.ndarray, float]:
+def evaluate(backend, prompts, cfg: BenchConfig) -> tuple[float, np.ndarray, float]:
     r = greedy_accuracy(backend, prompts, rewards.top1_hit, batch_size=cfg.eval_batch,
                         max_new_tokens=cfg.max_new_tokens)
     return r.accuracy, np.array(r.correct, dtype=bool), rewards.answers_per_sample(list(r.texts))
@@ -149,7 +149,7 @@ def sft_stage(seed: int, cfg: BenchConfig, backend: TransformersBackend, val: li
                       for s in batch])
         step += 1
         if step % cfg.sft_eval_every == 0:
-            val_acc, _, aps = _evaluate(backend, val, cfg)
+            val_acc, _, aps = evaluate(backend, val, cfg)
             curve.append({"step": step, "examples": step * cfg.sft_batch, "loss": m["sft/loss"],
                           "val_accuracy": val_acc, "val_answers_per_sample": aps,
                           "seconds": time.perf_counter() - t0})
@@ -242,7 +242,7 @@ def sft_checkpoint(seed: int, cfg: BenchConfig, work: Path, folder: Path | None)
     val, test = held_out(cfg)
     info = sft_stage(seed, cfg, backend, val)
     t0 = time.perf_counter()
-    info["test_accuracy"], correct, info["test_answers_per_sample"] = _evaluate(backend, test, cfg)
+    info["test_accuracy"], correct, info["test_answers_per_sample"] = evaluate(backend, test, cfg)
     info["seconds"] += time.perf_counter() - t0
     log.info("seed %d SFT done: %d steps (%s), test acc %.3f", seed, info["steps"], info["stop"],
              info["test_accuracy"])
@@ -260,7 +260,7 @@ def rl_arm(arm: str, seed: int, cfg: BenchConfig, backend: TransformersBackend, 
     learner = Learner(backend, algo=algo, finetune="full", lr=cfg.rl_lr, seed=seed, warmup_steps=cfg.rl_warmup)
     arm_rng = np.random.default_rng([seed, 2])  # every arm trains on the same screens
     t_arm = time.perf_counter()
-    v_acc, _, v_aps = _evaluate(backend, val, cfg)
+    v_acc, _, v_aps = evaluate(backend, val, cfg)
     curve = [{"step": 0, "samples": 0, "val_accuracy": v_acc, "val_answers_per_sample": v_aps}]
     for k in range(1, cfg.rl_steps + 1):
         prompts = [to_prompt(make_screen(arm_rng, *look(cfg))) for _ in range(cfg.prompts_per_step)]
@@ -277,11 +277,11 @@ def rl_arm(arm: str, seed: int, cfg: BenchConfig, backend: TransformersBackend, 
                  "collinear_share": float(np.mean(collinear)), "loss": m["train/loss"],
                  "clipfrac": m["train/clipfrac"], "grad_norm": m["train/grad_norm"]}
         if k % cfg.rl_eval_every == 0 or k == cfg.rl_steps:
-            point["val_accuracy"], _, point["val_answers_per_sample"] = _evaluate(backend, val, cfg)
+            point["val_accuracy"], _, point["val_answers_per_sample"] = evaluate(backend, val, cfg)
             log.info("seed %d %s step %d reward %.3f answers %.2f val acc %.3f", seed, arm, k,
                      point["reward_mean"], point["answers_per_sample"], point["val_accuracy"])
         curve.append(point)
-    acc, correct, aps = _evaluate(backend, test, cfg)
+    acc, correct, aps = evaluate(backend, test, cfg)
     mean, ci_lo, ci_hi = paired_bootstrap(correct, sft_correct, cfg.bootstrap, seed)
     log.info("seed %d %s: test acc %.3f, delta %.3f [%.3f, %.3f]", seed, arm, acc, mean, ci_lo, ci_hi)
     return {"algo": algo, "lr": cfg.rl_lr, "samples": cfg.rl_steps * cfg.prompts_per_step * cfg.group_size,

@@ -50,6 +50,8 @@ def bench_config(setting: str, updates: int, quick: bool) -> Any:
     from bench.learning.__main__ import budget_config
 
     cfg = budget_config(None, quick, ["aepo"], setting)
+    if not quick:  # the band, not the machine's load, decides where SFT stops (a step cap as the backstop)
+        cfg = replace(cfg, sft_max_minutes=max(cfg.sft_max_minutes, 30.0), sft_max_steps=cfg.sft_max_steps or 400)
     return replace(cfg, rl_steps=updates, rl_eval_every=max(1, updates // 6))
 
 
@@ -81,7 +83,10 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
                finetune: str) -> dict[str, Any]:
     import bench.online.shapes  # noqa: F401 - registers bench/shapes*
     from agent.online import OnlineConfig, OnlineSession, curve_points
-    from bench.learning.run import _evaluate, held_out, paired_bootstrap
+    from bench.learning.run import evaluate, held_out, paired_bootstrap
+    from bench.learning.screens import PRESET
+    from policy.backends.hf import TransformersBackend
+    from train.adapters import AdapterStore, load_verified
 
     run_dir = work / f"online-seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -94,9 +99,15 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
     if result.updates < cfg.rl_steps:
         raise RuntimeError(f"the online session stopped after {result.updates} of {cfg.rl_steps} updates "
                            f"({result.stopped_by}); see {run_dir}")
-    backend = session.trainer.learner.backend  # the learner's model after its last update
+    store = AdapterStore(run_dir / "adapters")
+    ref = store.latest()  # the version published after the last update: what the actors would act with next
+    if ref is None or ref.step != result.updates:
+        raise RuntimeError(f"{run_dir}/adapters: expected the version of update {result.updates}, found "
+                           f"{ref.step if ref else 'none'}")
+    backend = TransformersBackend(model, preset=PRESET, dtype="float32")
+    load_verified(backend, ref, root=store.root)
     val, test = held_out(cfg)
-    acc, correct, aps = _evaluate(backend, test, cfg)
+    acc, correct, aps = evaluate(backend, test, cfg)
     mean, lo, hi = paired_bootstrap(correct, sft_correct, cfg.bootstrap, seed)
     rows = [json.loads(line) for line in (run_dir / "online.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["outcome"] not in ("aborted", "interrupted")]
@@ -109,7 +120,8 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
     lag_mean, lag_max, is_w = series("train/staleness_mean"), series("train/staleness_max"), series(
         "train/is_weight_mean")
     return {"finetune": finetune, "env": env, "devices": devices, "updates": result.updates,
-            "samples": int(sum(series("train/samples"))), "samples_generated": result.samples,
+            "samples": int(sum(series("train/samples"))), "samples_generated": result.steps * cfg.group_size,
+            "groups_no_signal": result.no_signal,
             "episodes": len(rows), "success_rate": result.success_rate, "stale_dropped": result.stale_dropped,
             "staleness_mean": float(np.mean(lag_mean)) if lag_mean else math.nan,
             "staleness_max": max(lag_max) if lag_max else math.nan,
@@ -119,12 +131,16 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
             "curve": curve_points(rows, bins=10), "wall_s": wall, "run_dir": str(run_dir)}
 
 
-def run_seed(seed: int, args: Any, cfg: Any, work: Path) -> dict[str, Any]:
+def run_seed(seed: int, args: Any, cfg: Any, work: Path, done: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The seed's SFT start and arms; ``done``: this seed's entry of an earlier run with the same config, whose arms
+    are kept (``--arms offline`` now, ``--arms online`` later, one result)."""
     from bench.learning.run import sft_checkpoint, sft_folder
 
     model, sft, sft_correct, _ = sft_checkpoint(seed, cfg, work, sft_folder(args.sft_dir, seed, cfg))
     out: dict[str, Any] = {"seed": seed, "sft_model": str(model),
                            "sft": {k: sft[k] for k in ("steps", "stop", "val_accuracy", "test_accuracy")}}
+    if done and done.get("sft") == out["sft"]:
+        out.update({arm: done[arm] for arm in ("offline", "online") if arm in done and arm not in args.arms})
     if "offline" in args.arms:
         out["offline"] = offline_arm(model, seed, cfg, sft_correct)
     if "online" in args.arms:
@@ -189,9 +205,22 @@ def main(args: Any, work: Path) -> dict[str, Any]:
     cfg = bench_config(args.setting, args.updates, args.quick)
     data: dict[str, Any] = {"setting": args.setting, "config": {k: getattr(cfg, k) for k in (
         "rl_steps", "rl_lr", "rl_warmup", "prompts_per_step", "group_size", "max_new_tokens", "test_size",
-        "grid", "distractors", "mode")}, "devices": args.devices, "finetune": args.finetune, "seeds": []}
-    for seed in args.seeds:
-        data["seeds"].append(run_seed(seed, args, cfg, work))
+        "grid", "distractors", "mode", "sft_max_steps", "sft_max_minutes")}, "devices": args.devices,
+        "finetune": args.finetune, "seeds": []}
+    earlier: dict[int, dict[str, Any]] = {}
+    if args.out.exists():  # arms of an earlier run with the same config are kept, other seeds carried over
+        try:
+            old = json.loads(args.out.read_text())
+        except ValueError:
+            old = {}
+        if {k: old.get(k) for k in ("setting", "config", "devices", "finetune")} == {
+                k: json.loads(json.dumps(data[k])) for k in ("setting", "config", "devices", "finetune")}:
+            earlier = {s["seed"]: s for s in old.get("seeds", [])}
+    for seed in sorted(set(args.seeds) | set(earlier)):
+        if seed not in args.seeds:
+            data["seeds"].append(earlier[seed])
+            continue
+        data["seeds"].append(run_seed(seed, args, cfg, work, earlier.get(seed)))
         data["table"] = table(data["seeds"])
         args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
         plot(data["seeds"], args.out.with_suffix(".png"))
