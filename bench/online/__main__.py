@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--quick", action="store_true", help="the learning benchmark's smoke budget (200 test screens)")
     cv.add_argument("--work", type=Path, help="where run folders go (default: a temporary folder)")
     cv.add_argument("--out", type=Path, default=REPO / "bench/results/online_curve.json")
+    cv.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                    help="combine runs made side by side (one seed each) into --out; runs nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for noisy in ("httpx", "matplotlib", "PIL", "train.monitors", "agent.eval", "train.checkpoint",
@@ -68,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from bench.online import curve
 
+    if args.merge:
+        data = curve.merge(args.merge)
+        args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        curve.plot(data["seeds"], args.out.with_suffix(".png"))
+        print(data["table"])
+        print(json.dumps(data["summary"], indent=1))
+        return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="online-curve-"))
     data = curve.main(args, work)
     data["machine"] = _machine()

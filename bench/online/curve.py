@@ -199,6 +199,39 @@ def plot(seeds: list[dict[str, Any]], png: Path) -> None:
     plt.close(fig)
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """One result from runs made side by side (one seed each): their settings must be equal; a seed in two runs
+    is refused."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    keys = ("setting", "config", "devices", "finetune")
+    for path, run in zip(paths[1:], runs[1:]):
+        diff = [k for k in keys if run.get(k) != runs[0].get(k)]
+        if diff:
+            raise SystemExit(f"--merge: {path} differs from {paths[0]} in {', '.join(diff)}")
+    seeds = [s for run in runs for s in run["seeds"]]
+    numbers = [s["seed"] for s in seeds]
+    if len(set(numbers)) != len(numbers):
+        raise SystemExit(f"--merge: a seed appears twice: {sorted(numbers)}")
+    seeds.sort(key=lambda s: s["seed"])
+    return {**{k: runs[0][k] for k in keys}, "seeds": seeds, "summary": summary(seeds), "table": table(seeds),
+            "merged_from": [str(p) for p in paths]}
+
+
+def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets: online lift's interval above 0 on how many seeds, and the online / offline lift ratio of the
+    mean lifts (a per-seed ratio is unstable when an offline lift is near 0)."""
+    out: dict[str, Any] = {"seeds": len(seeds)}
+    for arm in ("offline", "online"):
+        ran = [s[arm] for s in seeds if arm in s]
+        if ran:
+            out[arm] = {"lift_mean": float(np.mean([a["delta_vs_sft"] for a in ran])),
+                        "ci_above_0": sum(a["delta_ci95"][0] > 0 for a in ran),
+                        "ci_below_0": sum(a["delta_ci95"][1] < 0 for a in ran), "runs": len(ran)}
+    if "offline" in out and "online" in out and out["offline"]["lift_mean"] > 0:
+        out["online_over_offline"] = out["online"]["lift_mean"] / out["offline"]["lift_mean"]
+    return out
+
+
 def main(args: Any, work: Path) -> dict[str, Any]:
     """Every seed in turn; ``args.out`` is rewritten after each, so a stopped run keeps what finished."""
     work.mkdir(parents=True, exist_ok=True)
@@ -221,7 +254,7 @@ def main(args: Any, work: Path) -> dict[str, Any]:
             data["seeds"].append(earlier[seed])
             continue
         data["seeds"].append(run_seed(seed, args, cfg, work, earlier.get(seed)))
-        data["table"] = table(data["seeds"])
+        data["table"], data["summary"] = table(data["seeds"]), summary(data["seeds"])
         args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
         plot(data["seeds"], args.out.with_suffix(".png"))
     return data
