@@ -1,5 +1,5 @@
-"""Versioned adapters for online sessions: the learner publishes adapter vN; actors load it only after its bytes
-check out.
+"""Versioned adapters (and full weights) for online sessions: the learner publishes version vN; actors load it only
+after its bytes check out.
 
 Layout under ``<run>/adapters/``::
 
@@ -22,8 +22,12 @@ file names must be plain names inside that folder (no separator, no ``..``, no a
 path is resolved, so a symlink leading out of the folder is refused too. Otherwise ``load_verified`` would write
 ``../x`` outside its private copy, and the verifier would hash any file on the machine.
 
-Only LoRA adapters are published: a hot swap replaces the adapter of a loaded base model, while full fine-tuning
-would need the whole model reloaded.
+A version has a kind (``VersionKind``): a LoRA ``adapter`` (a peft folder, swapped in as a new adapter of the
+loaded base model) or ``full`` weights (``model.finetune=full``: the model's safetensors and config, copied into the
+loaded model in place; ``train.full_versions``). Both go through this store, its manifest, its checks and
+``load_verified``; an announcement says its kind only when it is ``full``, so an adapter's announcement (and its
+signature) is the same as before kinds existed. Full weights are big (bytes = parameters x 2 in bf16), so a store
+of full versions keeps only ``FULL_VERSIONS_KEPT`` of them.
 """
 
 from __future__ import annotations
@@ -36,23 +40,40 @@ import re
 import shutil
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from train.errors import AdapterChecksumError, AdapterError, AdapterPathError
+from train.full_versions import swap_verified, write_full_weights
 
 if TYPE_CHECKING:
     from train.trainable import Trainable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdapterChecksumError", "AdapterError", "AdapterPathError", "AdapterRef", "AdapterStore", "LoadTimes",
-           "adapter_digest", "confined_files", "load_verified", "unload_adapters", "verify_adapter"]
+__all__ = ["FULL_VERSIONS_KEPT", "AdapterChecksumError", "AdapterError", "AdapterPathError", "AdapterRef",
+           "AdapterStore", "LoadTimes", "VersionKind", "adapter_digest", "check_digest", "confined_files",
+           "load_verified", "unload_adapters", "verify_adapter"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 _FOLDER = re.compile(r"^v(\d{6,})$")
 _CHUNK = 1 << 20
+FULL_VERSIONS_KEPT = 2
+"""Full-weight versions a store keeps (the learner's, and each fleet actor's): the newest, which actors load now,
+and the one before, which a slower actor may still be fetching or reading (older ones are never loaded: an actor
+always jumps to the newest). At 16 GB a version for a 7B model in bf16 that is 32 GB of disk, against 64 GB for the
+four adapter versions an adapter store keeps by default (``OnlineConfig.keep_adapters``)."""
+
+
+class VersionKind(str, Enum):
+    """What a published version holds."""
+
+    ADAPTER = "adapter"
+    """A LoRA adapter (peft folder), swapped in as a new adapter of the loaded base model."""
+    FULL = "full"
+    """Every weight of the model (``model.finetune=full``), copied into the loaded model in place."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +92,20 @@ class AdapterRef:
     """File name -> sha256 of each file."""
     written_at: float = 0.0
     """Wall time (``time.time()``) when the folder was renamed into place: "vN written"."""
+    kind: VersionKind = VersionKind.ADAPTER
+    """An adapter or full weights."""
+
+    @property
+    def title(self) -> str:
+        """"adapter learner@3" or "full weights learner@3", for messages."""
+        return f"{'adapter' if self.kind is VersionKind.ADAPTER else 'full weights'} {self.version}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": self.version, "step": self.step, "path": self.path,
+        data = {"format": FORMAT, "version": self.version, "step": self.step, "path": self.path,
                 "sha256": self.sha256, "files": dict(self.files), "written_at": self.written_at}
+        if self.kind is not VersionKind.ADAPTER:  # an adapter's announcement stays what it was before kinds
+            data["kind"] = self.kind.value
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AdapterRef:
@@ -83,7 +114,8 @@ class AdapterRef:
         try:
             return cls(version=str(data["version"]), step=int(data["step"]), path=str(data["path"]),
                        sha256=str(data["sha256"]), files={str(k): str(v) for k, v in data["files"].items()},
-                       written_at=float(data.get("written_at", 0.0)))
+                       written_at=float(data.get("written_at", 0.0)),
+                       kind=VersionKind(data.get("kind", VersionKind.ADAPTER.value)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AdapterError(f"malformed adapter announcement ({type(exc).__name__}: {exc}): {data!r:.200}") from exc
 
@@ -149,7 +181,8 @@ def confined_files(ref: AdapterRef, root: str | Path) -> tuple[Path, dict[str, P
     return folder, paths
 
 
-def _check_digest(ref: AdapterRef) -> None:
+def check_digest(ref: AdapterRef) -> None:
+    """``AdapterChecksumError`` unless the announced file hashes add up to the announced sha256."""
     if _digest(ref.files) != ref.sha256:
         raise AdapterChecksumError(f"adapter {ref.version}: the announced file hashes do not add up to its sha256 "
                                    f"{ref.sha256[:12]}; the announcement is corrupt")
@@ -162,7 +195,7 @@ def verify_adapter(ref: AdapterRef, *, root: str | Path) -> Path:
     read), that the announced file list hashes to ``ref.sha256`` (a tampered announcement), that every announced
     file exists with its hash, and that no file the loader would read is unannounced."""
     folder, paths = confined_files(ref, root)
-    _check_digest(ref)
+    check_digest(ref)
     if not folder.is_dir():
         raise AdapterChecksumError(f"adapter {ref.version}: folder {folder} is missing (pruned or never written)")
     present = {p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST}
@@ -195,10 +228,11 @@ def _fsync_tree(folder: Path) -> None:
 
 
 class AdapterStore:
-    """Published adapter versions of one run, under ``root`` (``<run>/adapters``); the newest ``keep`` are kept.
+    """Published versions of one run, under ``root`` (``<run>/adapters``); the newest ``keep`` are kept (full
+    weights: at most ``FULL_VERSIONS_KEPT``).
 
-    ``publish(learner)`` writes the learner's current adapter as version ``learner.adapter_version``;
-    ``publish_folder(src, version, step)`` publishes an adapter folder written elsewhere (moved in).
+    ``publish(learner)`` writes the learner's current adapter, or with full fine-tuning its weights, as version
+    ``learner.adapter_version``; ``publish_folder(src, version, step)`` publishes a folder written elsewhere.
     """
 
     def __init__(self, root: str | Path, *, keep: int = 4) -> None:
@@ -212,40 +246,45 @@ class AdapterStore:
         return self.root / f"v{step:06d}"
 
     def publish(self, learner: Trainable) -> AdapterRef:
-        """Write the learner's adapter as version ``learner.adapter_version`` (step ``learner.steps``)."""
+        """Write the learner's adapter (LoRA) or weights (full fine-tuning) as version ``learner.adapter_version``
+        (step ``learner.steps``)."""
         from train.checkpoint import save_adapter
 
-        if learner.finetune != "lora":
-            raise AdapterError("online sessions publish LoRA adapters; full fine-tuning (model.finetune=full) would "
-                               "need every actor to reload the whole model: use model.finetune=lora")
         tmp = self.root / f".build-{learner.steps:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        written = save_adapter(learner, tmp)
         try:
-            return self.publish_folder(written, learner.adapter_version, learner.steps)
+            if learner.finetune == "lora":
+                written, kind = save_adapter(learner, tmp), VersionKind.ADAPTER
+            else:  # the weights, in the model's dtype, a shard at a time
+                written, kind = write_full_weights(learner.backend.model, tmp / "weights"), VersionKind.FULL
+            return self.publish_folder(written, learner.adapter_version, learner.steps, kind=kind, move=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish_folder(self, src: str | Path, version: str, step: int) -> AdapterRef:
-        """Move the adapter folder ``src`` into the store as ``version`` (step ``step``), atomically."""
+    def publish_folder(self, src: str | Path, version: str, step: int, *, kind: VersionKind = VersionKind.ADAPTER,
+                       move: bool = False) -> AdapterRef:
+        """Put the folder ``src`` into the store as ``version`` (step ``step``), atomically: copied, or with
+        ``move`` moved (``src`` must then be on the store's file system; full weights are not copied twice)."""
         src = Path(src)
         final = self.folder(step)
         tmp = self.root / f".tmp-v{step:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
+        if move:
+            os.replace(src, tmp)
+        else:
+            shutil.copytree(src, tmp)
         digest, files = adapter_digest(tmp)
         if final.exists():  # a resumed run publishes its start version again
             shutil.rmtree(final)
         written_at = time.time()  # the rename below makes vN visible, a few milliseconds later
-        manifest = {"format": FORMAT, "version": version, "step": step, "files": files, "sha256": digest,
-                    "written_at": written_at}
+        ref = AdapterRef(version=version, step=step, path=str(final), sha256=digest, files=files,
+                         written_at=written_at, kind=kind)
+        manifest = {k: v for k, v in ref.to_json().items() if k != "path"}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         _fsync_tree(tmp)
         os.replace(tmp, final)
-        ref = AdapterRef(version=version, step=step, path=str(final), sha256=digest, files=files,
-                         written_at=written_at)
-        self.prune()
-        log.info("published adapter %s (%s...) at %s", version, digest[:12], final)
+        self.prune(min(self.keep, FULL_VERSIONS_KEPT) if kind is VersionKind.FULL else self.keep)
+        log.info("published %s (%s...) at %s", ref.title, digest[:12], final)
         return ref
 
     def versions(self) -> list[Path]:
@@ -260,13 +299,15 @@ class AdapterStore:
                 data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
                 return AdapterRef(version=data["version"], step=int(data["step"]), path=str(folder),
                                   sha256=data["sha256"], files=dict(data["files"]),
-                                  written_at=float(data.get("written_at", 0.0)))
+                                  written_at=float(data.get("written_at", 0.0)),
+                                  kind=VersionKind(data.get("kind", VersionKind.ADAPTER.value)))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("adapter folder %s has no readable manifest (%s); skipped", folder, exc)
         return None
 
-    def prune(self) -> None:
-        for old in self.versions()[:-self.keep]:
+    def prune(self, keep: int | None = None) -> None:
+        """Remove all but the newest ``keep`` versions (default: the store's ``keep``)."""
+        for old in self.versions()[:-(keep or self.keep)]:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -280,7 +321,7 @@ class LoadTimes:
     verify_s: float
     """Reading and hashing the files."""
     load_s: float
-    """Injecting the adapter into the loaded base model and switching to it."""
+    """Injecting the adapter into the loaded base model and switching to it (full weights: copying them in)."""
 
 
 def load_verified(backend: Any, ref: AdapterRef, *, root: str | Path, unload_others: bool = True) -> LoadTimes:
@@ -291,12 +332,18 @@ def load_verified(backend: Any, ref: AdapterRef, *, root: str | Path, unload_oth
     hashed, and the loader reads those same bytes from a private copy, so a file changed between the check and the
     load cannot slip in. ``AdapterChecksumError`` when they do not match (nothing is loaded); the backend's
     ``BackendError`` when the adapter does not fit the model. With ``unload_others`` the previously loaded versions
-    are removed from the backend (the base model stays)."""
+    are removed from the backend (the base model stays).
+
+    Full weights (``ref.kind`` full) are too big to hold twice in memory: each file is hashed through an open file
+    and the same open files are copied into the loaded model in place (``train.full_versions.swap_verified``)."""
     import tempfile
 
     t0 = time.perf_counter()
     _, paths = confined_files(ref, root)
-    _check_digest(ref)
+    check_digest(ref)
+    if ref.kind is VersionKind.FULL:
+        _, load_s = swap_verified(backend, ref.version, paths, ref.files)
+        return LoadTimes(verify_s=time.perf_counter() - t0 - load_s, load_s=load_s)
     blobs: dict[str, bytes] = {}
     for name, expected in sorted(ref.files.items()):
         try:

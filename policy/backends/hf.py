@@ -15,7 +15,7 @@ tokens therefore have the maximal logprob of their step; tokens forced by
 
 Adapters (peft LoRA) are injected into the loaded base model and switched by version without
 reloading it; an adapter whose target modules or shapes do not fit the base model is refused
-before anything is injected.
+before anything is injected. Full-weight versions are copied into the loaded model in place (``load_weights``).
 
 torch, transformers and peft are imported when a backend is built, not when this module is.
 """
@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from policy.backends.base import BackendError, Generation, GenerationRequest, Sample
 from policy.presets import ModelPreset
@@ -123,6 +123,8 @@ class TransformersBackend:
         self._peft: Any = None
         self._adapters: dict[str, Path | None] = {}  # version -> its folder (None: created in memory, for training)
         self._active: str | None = None
+        self._weights_version: str | None = None  # the full-weight version copied in (load_weights)
+        self._torn = ""  # why the weights are a mix of two versions after a failed load_weights ("" when they are not)
         source = model_source(model)  # a local folder, or a hub id that is cached or reachable: fails in seconds
         self.processor = _load_processor(source, preset)
         self.tokenizer = self.processor.tokenizer
@@ -148,6 +150,8 @@ class TransformersBackend:
             groups.setdefault(_decoding_key(req), []).append(i)
         out: list[Generation | None] = [None] * len(requests)
         with self._lock:
+            if self._torn:
+                raise BackendError(self._torn)
             for key, idx in groups.items():
                 for i, gen in zip(idx, self._generate_group([requests[i] for i in idx], key)):
                     out[i] = gen
@@ -192,7 +196,7 @@ class TransformersBackend:
                     logprobs=tuple(logprobs[row, :len(ids)].tolist()),
                     finish_reason="stop" if end is not None else "length",
                 ))
-            gens.append(Generation(tuple(samples), int(prompt_tokens[i]), latency, self.model_id, self._active))
+            gens.append(Generation(tuple(samples), int(prompt_tokens[i]), latency, self.model_id, self.adapter_version))
         return gens
 
     def _encode(self, requests: list[GenerationRequest]) -> dict[str, Any]:
@@ -225,8 +229,27 @@ class TransformersBackend:
 
     @property
     def adapter_version(self) -> str | None:
-        """The active adapter's version, None when the base weights are in use."""
-        return self._active
+        """The version generations are made with: the active adapter's, else the full-weight version copied in
+        (``load_weights``); None for the weights loaded at start."""
+        return self._active if self._active is not None else self._weights_version
+
+    def load_weights(self, files: Sequence[str | Path | IO[bytes]], version: str) -> int:
+        """Copy full-weight ``version`` into the model in place, between generate calls (``policy.backends.swap``:
+        files of another model are refused before any weight changes); returns the bytes copied."""
+        from policy.backends.swap import SwapPlan
+
+        with self._lock:
+            if self._peft is not None:
+                raise BackendError(f"{self.model_id} has LoRA adapters loaded: act with adapters or full weights")
+            with SwapPlan(self.model, files, self.model_id) as plan:
+                try:
+                    copied = plan.run(version)
+                except BackendError as exc:  # the model holds a mix of two versions now
+                    self._weights_version, self._torn = None, str(exc)
+                    raise
+            self._weights_version = version
+        log.info("copied full weights %s into %s (%.1f MB)", version, self.model_id, copied / 1e6)
+        return copied
 
     def load_adapter(self, path: str | Path, version: str) -> None:
         """Load a peft LoRA adapter as ``version`` and make it active. The base model is not
@@ -329,7 +352,7 @@ class TransformersBackend:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model_id, "device": str(self.model.device), "dtype": self.dtype,
-                "adapter_version": self._active, "family": self.preset.family}
+                "adapter_version": self.adapter_version, "family": self.preset.family}
 
     async def close(self) -> None:
         with self._lock:
