@@ -11,7 +11,7 @@ had never stopped:
 - ``rng.pt``: the torch random states (CPU and CUDA), tensors only;
 - ``rng.json``: the Python and NumPy random states, so rollouts sample the same tokens again;
 - ``state.json``: the step, the data position, the curriculum's hard-sample queue and success rates, the early
-  stopping state, and the model fingerprint;
+  stopping state, the model fingerprint, and which model it is (``model``: name, architectures, parameters);
 - ``COMPLETE``: written last. A folder without it (a crash mid-save) is ignored by ``latest_checkpoint``.
 
 The folder is written under a temporary name and renamed, so a checkpoint either exists whole or not at all.
@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "model_fingerprint", "save_checkpoint"]
+__all__ = ["CheckpointError", "architecture_fingerprint", "latest_checkpoint", "load_checkpoint", "model_fingerprint",
+           "save_checkpoint"]
 
 FORMAT = 2
 """2: the Python and NumPy random states moved from ``rng.pt`` to ``rng.json`` (1 is still read)."""
@@ -62,20 +63,24 @@ _FORMAT1_RNG_TYPES: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32))
                                  (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct")]
 
 
-def model_fingerprint(learner: Trainable) -> dict[str, Any]:
-    """What must match for a checkpoint's weights and optimizer state to fit ``learner``."""
-    cfg = learner.backend.model.config
+def architecture_fingerprint(cfg: Any) -> dict[str, Any]:
+    """The model part of a fingerprint: model type and the shapes of the language and vision towers of a
+    transformers config (read from a loaded model, or from a folder's config.json without loading it)."""
     text = getattr(cfg, "text_config", cfg)
     vision = getattr(cfg, "vision_config", None)
-    fp: dict[str, Any] = {
+    return {
         "model_type": getattr(cfg, "model_type", None),
         "hidden_size": getattr(text, "hidden_size", None),
         "num_hidden_layers": getattr(text, "num_hidden_layers", None),
         "vocab_size": getattr(text, "vocab_size", None),
         "vision_hidden_size": getattr(vision, "hidden_size", None),
         "vision_depth": getattr(vision, "depth", None),
-        "finetune": learner.finetune,
     }
+
+
+def model_fingerprint(learner: Trainable) -> dict[str, Any]:
+    """What must match for a checkpoint's weights and optimizer state to fit ``learner``."""
+    fp: dict[str, Any] = {**architecture_fingerprint(learner.backend.model.config), "finetune": learner.finetune}
     if learner.finetune == "lora":
         peft_cfg = learner.peft_model.peft_config[learner.adapter_name]
         fp["lora_r"] = int(peft_cfg.r)
@@ -211,7 +216,8 @@ def save_checkpoint(run_dir: str | Path, step: int, learner: Trainable, trainer_
     tensors, plain = _rng_state()
     torch.save(tensors, tmp / "rng.pt")
     (tmp / "rng.json").write_text(json.dumps(plain), encoding="utf-8")
-    state = {"format": FORMAT, "step": step, "fingerprint": model_fingerprint(learner), "trainer": trainer_state}
+    state = {"format": FORMAT, "step": step, "fingerprint": model_fingerprint(learner), "trainer": trainer_state,
+             "model": _model_names(learner)}
     (tmp / "state.json").write_text(json.dumps(state, indent=1, default=_json_default), encoding="utf-8")
     (tmp / "COMPLETE").write_text("ok\n", encoding="utf-8")
     if final.exists():
@@ -222,6 +228,15 @@ def save_checkpoint(run_dir: str | Path, step: int, learner: Trainable, trainer_
             shutil.rmtree(old, ignore_errors=True)
     log.info("checkpoint %s written", final)
     return final
+
+
+def _model_names(learner: Trainable) -> dict[str, Any]:
+    """Which model the checkpoint is of, for people and for the check that refuses to resume it with another one
+    (``train.model_identity``): the name it was loaded as, its architectures and parameter count."""
+    model = learner.backend.model
+    return {"name": str(getattr(learner.backend, "model_id", "") or getattr(model.config, "name_or_path", "")),
+            "architectures": list(getattr(model.config, "architectures", None) or []),
+            "parameters": sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)}
 
 
 def _json_default(o: Any) -> Any:

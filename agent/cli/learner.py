@@ -60,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
     from agent.fleet.settings import check_actor_name
     from agent.fleet.versions import VersionServer
     from agent.online import OnlineError
+    from train.errors import CheckpointError
 
     args.online = True
     try:
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
         broker, key = bus_settings(args)
         host, port = _serve_address(args.serve)
         allow = tuple(check_actor_name(a.strip()) for a in args.actors.split(",") if a.strip())
-    except (ConfigError, OnlineError, FleetError, ValueError) as exc:
+    except (ConfigError, OnlineError, FleetError, CheckpointError, ValueError) as exc:
         return print_error(str(exc))
     online = replace(online, remote_actors=True)
     try:

@@ -53,20 +53,24 @@ def main(args: argparse.Namespace) -> int:
     and SIGHUP stop it like Ctrl-C, with 128 + the signal's number (143, 129)."""
     from agent.errors import ConfigError
     from agent.online import OnlineError
+    from train.errors import CheckpointError
 
     try:
         config, online = session_settings(args)
-    except (ConfigError, OnlineError, ValueError) as exc:
+    except (ConfigError, OnlineError, CheckpointError, ValueError) as exc:
         return print_error(str(exc))
     return run_session(args, config, online)
 
 
 def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(training config, online settings): the flags given override the saved settings of a resumed session."""
+    """(training config, online settings): the flags given override the saved settings of a resumed session. A
+    resumed session whose checkpoint is of another model than the config's is refused here (``CheckpointError``),
+    before a learner, a version server or an actor starts."""
     from agent.config import load_train_config
     from agent.errors import ConfigError
     from agent.online import OnlineConfig, load_session
     from train.config import with_run_dir
+    from train.model_identity import check_resume
 
     explicit = {k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
@@ -80,6 +84,7 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
         saved, online = load_session(run_dir)
         online = replace(online, **explicit)
         config = load_train_config(None, [*saved, *args.overrides, f"train.run_dir={json.dumps(str(run_dir))}"])
+        check_resume(config, run_dir)
         return config, online
     if "env" not in explicit:
         raise ConfigError("agent train --online needs --env ENV (e.g. generated/click; agent envs lists them)")

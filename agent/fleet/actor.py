@@ -100,6 +100,10 @@ class FleetActor:
         runs_on = _device_kind(options.env)
         if runs_on != options.device:
             raise OnlineError(f"{options.env} runs on a {runs_on or 'unknown'} device, not --device {options.device}")
+        if options.policy_url and config.model.finetune == "full":
+            from agent.fleet.served import SERVED_FULL_WEIGHTS
+
+            raise OnlineError(SERVED_FULL_WEIGHTS.format(what="model.finetune=full"))
         self.config, self.options, self.broker, self.key = config, options, broker, key
         self.run_dir = Path(options.run_dir or f"runs/actor-{options.name}")
         self.stopping = False

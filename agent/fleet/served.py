@@ -19,6 +19,12 @@ that name is answered with it. ``ServedAdapters`` is the actors' backend then:
 
 The server must see ``folder_root`` at the same path (the same machine, or a shared mount): vLLM reads
 ``lora_path`` from its own file system.
+
+Full fine-tuning (``model.finetune=full``) cannot act through a server: vLLM's runtime endpoints load LoRA adapters
+only, and swapping a served model's weights would need the server's own weight-update machinery (a collective group
+between learner and server) that an actor cannot drive. ``agent actor --policy openai:URL`` is therefore refused at
+start when the config fine-tunes every weight (``agent.fleet.actor``), and a full-weight version that reaches a
+served actor anyway (a learner with another config) is refused by ``load_served`` with the same reason.
 """
 
 from __future__ import annotations
@@ -35,11 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from policy.backends.base import BackendError, Generation, GenerationRequest
-from train.adapters import AdapterRef, LoadTimes, load_verified
+from train.adapters import AdapterRef, LoadTimes, VersionKind, load_verified
 
 log = logging.getLogger(__name__)
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.@-]")
+SERVED_FULL_WEIGHTS = ("{what}: a policy server (--policy openai:URL) takes LoRA adapters at run time only (vLLM's "
+                       "/v1/load_lora_adapter), not a fully fine-tuned model's weights; act with the model in the "
+                       "actor's process (leave --policy out), or train with model.finetune=lora (docs/fleet.md)")
+"""Why a served actor cannot act with full-weight versions; ``{what}`` names the version or the setting."""
 
 
 class ServedAdapters:
@@ -133,7 +143,10 @@ class ServedAdapters:
 
 def load_served(backend: ServedAdapters, ref: AdapterRef, *, root: str | Path) -> LoadTimes:
     """``train.adapters.load_verified`` for a policy server: the files are checked, handed to the server, and
-    versions older than the newest ``backend.keep`` are unloaded."""
+    versions older than the newest ``backend.keep`` are unloaded. Full weights are refused (see the module
+    docstring)."""
+    if ref.kind is VersionKind.FULL:
+        raise BackendError(SERVED_FULL_WEIGHTS.format(what=ref.title))
     times = load_verified(backend, ref, root=root, unload_others=False)
     backend.prune()
     return times

@@ -9,10 +9,12 @@ so the server needs no trust: a proxy or a cache in between can corrupt a file b
 
 - ``VersionServer(root)`` serves ``root/vNNNNNN/<file>`` read-only (a thread, ``ThreadingHTTPServer``): only folder
   names of that form and plain file names, never a path outside ``root`` (symlinks resolved); everything else 404.
-  It serves whatever the store holds, an adapter or a full-weight folder.
+  It serves whatever the store holds, an adapter or a full-weight folder (``kind: full``: the model's config and
+  safetensors files, parameters x 2 bytes in bf16, e.g. 16.6 GB for a 7B model, fetched once per actor).
 - ``fetch_version(ref, root)`` downloads the announced files of ``ref`` into the actor's own store ``root`` (under a
   temporary name, renamed when whole), checking each file's sha256 as it arrives (``AdapterChecksumError`` at the first
-  mismatch, nothing kept), and returns the ref with its folder there. The follower then loads it with
+  mismatch, nothing kept), and returns the ref with its folder there. The actor's store keeps the newest ``keep``
+  versions, full-weight ones at most ``FULL_VERSIONS_KEPT`` (the one in memory is not needed on disk). The follower then loads it with
   ``train.adapters.load_verified(..., root=root)``, which checks the bytes again as it reads them once.
   A server that cannot be reached is an ``OSError``: the follower tries again later, keeping its version.
 """
@@ -32,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from train.adapters import AdapterRef, confined_files
+from train.adapters import FULL_VERSIONS_KEPT, AdapterRef, VersionKind, confined_files
 from train.errors import AdapterChecksumError, AdapterPathError
 
 log = logging.getLogger(__name__)
@@ -150,8 +152,8 @@ def fetch_version(ref: AdapterRef, root: str | Path, *, timeout_s: float = 60.0,
         os.replace(part, folder)
     finally:
         shutil.rmtree(part, ignore_errors=True)
-    _prune(root, keep)
-    log.info("fetched adapter %s from %s (%d files)", ref.version, ref.path, len(paths))
+    _prune(root, min(keep, FULL_VERSIONS_KEPT) if ref.kind is VersionKind.FULL else keep)
+    log.info("fetched %s from %s (%d files)", ref.title, ref.path, len(paths))
     return local
 
 

@@ -38,7 +38,8 @@ class OnlineSession:
     """Actors and a learner in one process (see ``agent.online``).
 
     Args:
-        config: the training config (model, RL update, outputs in ``train.run_dir``); stage rl, LoRA.
+        config: the training config (model, RL update, outputs in ``train.run_dir``); stage rl, LoRA or full
+            fine-tuning (versions of full weights, copied into the actors' model in place: docs/online.md).
         online: the session's settings.
         resume: continue the run in ``train.run_dir`` from its last checkpoint.
         transport: how actors and learner talk (default: in-process queues).
@@ -51,9 +52,6 @@ class OnlineSession:
                  logits_processor_factory: Callable[[Any], Any] | None = None) -> None:
         if config.train.stage != "rl":
             raise OnlineError(f"online sessions train with RL; train.stage is {config.train.stage!r}: set it to rl")
-        if config.model.finetune != "lora":
-            raise OnlineError("online sessions hot-swap LoRA adapters; model.finetune=full would need every actor to "
-                              "reload the whole model: use model.finetune=lora")
         from envs.registry import spec
 
         try:
@@ -81,6 +79,10 @@ class OnlineSession:
             config, train=replace(config.train, **overrides), log=replace(config.log, progress=False),
             rl=replace(config.rl, max_staleness=online.max_policy_lag if online.max_policy_lag >= 0 else -1))
         self.run_dir = Path(self.config.train.run_dir)
+        if resume:  # a checkpoint of another model is refused now, before any model, actor or browser starts
+            from train.model_identity import check_resume
+
+            check_resume(self.config, self.run_dir)
         self.transport: Transport = transport or InProcessTransport(wire=online.wire)
         self.progress = progress
         self.logits_processor_factory = logits_processor_factory

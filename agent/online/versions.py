@@ -1,5 +1,5 @@
-"""Adapter versions on the actors' side: loading each announced version (after its checksum) between two steps, and
-timing "vN written" -> "vN loaded" -> "every actor acting with vN"."""
+"""Versions on the actors' side: loading each announced version (an adapter, or full weights copied into the model in
+place; after its checksum) between two steps, and timing "vN written" -> "vN loaded" -> "every actor acting with vN"."""
 
 from __future__ import annotations
 
@@ -82,9 +82,11 @@ class VersionClock:
 
 
 class AdapterFollower:
-    """Keeps the actors' backend on the newest announced adapter: checks each version's bytes, loads it between
-    two steps (one load at a time), and refuses a version whose files do not match its sha256 or whose
-    announcement points outside ``root``, the adapter store of this run (the only folder it reads adapters from).
+    """Keeps the actors' backend on the newest announced version (an adapter or full weights, ``ref.kind``): checks
+    each version's bytes, loads it between two steps (one load at a time), and refuses a version whose files do not
+    match its sha256 or whose announcement points outside ``root``, the version store of this run (the only folder
+    it reads versions from). A refused version is recorded in ``refused`` (what sessions and fleet statuses count)
+    and never retried; the actors keep the version they have.
 
     A fleet actor passes ``fetch``, which brings an announced version from another machine into ``root`` and returns
     its local ref (``agent.fleet.versions.fetch_version``); a fetch that fails with ``OSError`` (the learner's server
@@ -138,25 +140,23 @@ class AdapterFollower:
             except OSError as exc:  # the version's server is unreachable: keep the version we have, ask again later
                 self.fetch_errors += 1
                 self._retry_at = time.monotonic() + self.retry_s
-                log.warning("cannot fetch adapter %s (%s); keeping %s, trying again in %.0f s", ref.version, exc,
+                log.warning("cannot fetch %s (%s); keeping %s, trying again in %.0f s", ref.title, exc,
                             self.current.version if self.current else "the base weights", self.retry_s)
                 return
             except AdapterError as exc:  # a checksum mismatch or a path outside the store: refused, never retried
                 newer = self.transport.policy()
                 if newer is not None and newer.sha256 != ref.sha256:
-                    log.info("adapter %s was superseded while loading (%s); loading %s", ref.version, exc,
-                             newer.version)
+                    log.info("%s was superseded while loading (%s); loading %s", ref.title, exc, newer.version)
                 else:
                     self.refused[_refusal_key(ref)] = str(exc)
-                    log.error("refused adapter %s: %s; the actors keep %s", ref.version, exc,
+                    log.error("refused %s: %s; the actors keep %s", ref.title, exc,
                               self.current.version if self.current else "the base weights")
                 ref = self._wanted()
                 continue
             self.current = ref
             self.clock.loaded(ref, times.verify_s, times.load_s)
             self.ready.set()
-            log.info("actors switched to adapter %s (verify %.3f s, load %.3f s)", ref.version, times.verify_s,
-                     times.load_s)
+            log.info("actors switched to %s (verify %.3f s, load %.3f s)", ref.title, times.verify_s, times.load_s)
             ref = self._wanted()
 
 

@@ -1,7 +1,8 @@
 """agent train --online at a tiny scale: two actors, each with its own Chromium, drive generated screens with the
 tiny random Qwen2.5-VL while the learner updates a LoRA adapter; every actor switches to each new version between
 steps (visible in the trajectories), a browser that goes away is replaced while the other actor goes on, a corrupt
-adapter is refused, a learner error stops the run with a checkpoint, and a stopped run resumes where it was."""
+adapter is refused, a learner error stops the run with a checkpoint, and a stopped run resumes where it was. Full
+fine-tuning's sessions are in test_online_full.py."""
 
 from __future__ import annotations
 
@@ -256,8 +257,7 @@ def test_the_task_stream_resumes_where_it_was():
 def test_bad_settings_are_refused_before_anything_starts(tmp_path, capsys):
     from agent.cli import main
 
-    with pytest.raises(OnlineError, match="finetune=lora"):
-        OnlineSession(config(tmp_path, 'model.finetune="full"'), online())
+    OnlineSession(config(tmp_path, 'model.finetune="full"'), online())  # full weights too (test_online_full.py)
     with pytest.raises(OnlineError, match="runs on a web device"):
         OnlineSession(config(tmp_path), online(device_kind="android"))
     with pytest.raises(OnlineError, match="did you mean"):
