@@ -25,7 +25,6 @@ in the pixel space of the model-input image (``TrainSample.input_size``), which 
 
 from __future__ import annotations
 
-import ast
 import enum
 import itertools
 import logging
@@ -37,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from train.collinear import is_collinear
-from train.rewards import parse_point_list
+from train.rewards import MAX_OUTPUT_CHARS, parse_point_list, read_literal
 from train.samples import TrainSample
 
 log = logging.getLogger(__name__)
@@ -67,8 +66,10 @@ _NO_TARGET = (-100, -100)  # GUI-R1's "this action has no point"
 def _action_list_points(answer: str) -> list[PointXY] | None:
     """Points of a GUI-R1 action list (a Python literal list of dicts with ``point``); None if it is not one.
     Actions without a target (``[-100, -100]``) contribute no point."""
+    if len(answer) > MAX_OUTPUT_CHARS:
+        return None
     try:
-        data = ast.literal_eval(answer.strip())
+        data = read_literal(answer.strip())
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     if not isinstance(data, list) or not all(isinstance(item, dict) and "point" in item for item in data):

@@ -319,9 +319,10 @@ def _tags_ok(response: str) -> bool:
     return False
 
 
-def _literal(answer: str) -> Any:
+def read_literal(answer: str) -> Any:
     """``ast.literal_eval`` without the warnings compiling prints (invalid escapes such as ``'\\d'``,
-    "perhaps you missed a comma?"): a model's text is data, and training logs are not for its typos."""
+    "perhaps you missed a comma?"): a model's text is data, and training logs are not for its typos. Raises what
+    ``ast.literal_eval`` raises; callers bound the text's length first (``MAX_OUTPUT_CHARS``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return ast.literal_eval(answer)
@@ -335,7 +336,7 @@ def guir1_format_ok(response: str) -> tuple[bool, str]:
         return False, "not <think>...</think> <answer>...</answer>"
     answer = _answer_text(response) or ""
     try:
-        data = _literal(answer.strip())
+        data = read_literal(answer.strip())
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False, "answer is not a Python literal"
     if not isinstance(data, list) or not data:

@@ -248,3 +248,16 @@ def test_early_stopping_state_round_trips_through_json():
 def test_early_stopping_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError):
         EarlyStopping(**kwargs)
+
+
+def test_response_points_prints_no_syntax_warning_and_bounds_the_text():
+    """A model's typo is data: reading it must not print Python's SyntaxWarning (seen in online sessions as
+    "<unknown>:1: SyntaxWarning: invalid decimal literal"), and an over-long answer is not parsed at all."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # recorded, not raised: an error would be caught as a SyntaxError
+        assert response_points("<answer>[{'action': 'click', 'point': [1, 2]}, 5x]</answer>") in (None, [])
+        assert response_points("<answer>[{'action': 'click', 'point': [3, 4]}]</answer>") == [(3, 4)]
+        assert response_points("<answer>[" + "{'point': [1, 2]}, " * 5000 + "]</answer>") in (None, [])
+    assert [str(w.message) for w in seen] == []
