@@ -8,8 +8,9 @@ one episode runner (``agent/runner.py``: decide, verify, guard, step, record), a
 the session only through a narrow ``ActorContext`` (``agent/online/context.py``), the learner thread only through
 a ``LearnerContext``. They all sample from ONE inference backend. A learner thread runs ``Trainer.run_stream`` on its own copy of the model, fed by the transport
 (``train.transport``); after every update it publishes adapter vN (``train.adapters``: an atomic folder and its
-sha256), and the actors' backend loads vN between two steps, after checking the bytes, without reloading the base
-model. Every step records the adapter version that decided it (``info.policy.adapter_version`` in steps.jsonl),
+sha256; with ``model.finetune=full`` the whole weights, ``train.full_versions``), and the actors' backend loads vN
+between two steps, after checking the bytes, without reloading the base model (full weights are copied into it in
+place). Every step records the adapter version that decided it (``info.policy.adapter_version`` in steps.jsonl),
 and every sample carries it, so the learner can drop samples more than ``max_policy_lag`` versions behind and
 correct the rest with the behaviour log-probs.
 

@@ -7,9 +7,9 @@ An online session that fine-tunes every weight publishes each version as safeten
    ``name -> {dtype, shape, data_offsets}``, then the tensors' bytes) and checked against the model: the same tensor
    names, shapes and dtypes, every tensor inside its file. A file of another model is refused with a
    ``BackendError`` naming what differs, before a single weight is touched;
-2. each tensor's bytes are then read, in chunks, into one reusable staging buffer (``STAGING_BYTES``) and copied into
-   the existing parameter (``copy_``, so a model on a GPU gets a host-to-device copy per chunk). The memory a swap
-   needs is that buffer, whatever the model's size.
+2. each tensor's bytes are then read into the existing parameter: on the host straight from the file into the
+   tensor's memory, on a GPU through one reusable staging buffer (``STAGING_BYTES``) and a host-to-device ``copy_``
+   per chunk. The memory a swap needs is at most that buffer, whatever the model's size.
 
 Files are taken as open binary files (or paths): ``train.full_versions`` hashes a file and hands over the same open
 file, so a file replaced (renamed over) between the check and the load cannot slip in.
@@ -153,37 +153,61 @@ def weights_problems(targets: dict[str, torch.Tensor], entries: Iterable[TensorE
 
 def copy_in(targets: dict[str, torch.Tensor], files: Sequence[tuple[IO[bytes], list[TensorEntry]]],
             staging_bytes: int = STAGING_BYTES) -> int:
-    """Copy every entry's bytes from its open file into its target tensor, in place, through one staging buffer;
-    returns the bytes copied. The entries must have passed ``weights_problems``."""
+    """Copy every entry's bytes from its open file into its target tensor, in place; returns the bytes copied. The
+    entries must have passed ``weights_problems``.
+
+    A contiguous tensor in host memory is read into straight from the file, ``staging_bytes`` at a time: no staging
+    copy, and no ``copy_``, whose parallel loop costs a thread barrier per call on a busy CPU. Any other tensor (on a
+    GPU, or not contiguous) is read through one staging buffer of ``staging_bytes`` and copied in chunk by chunk."""
     import torch
 
-    largest = max((e.nbytes for _, entries in files for e in entries), default=0)
-    staging = bytearray(max(8, min(staging_bytes, largest)))
-    view = memoryview(staging)
+    staging: bytearray | None = None
     copied = 0
     with torch.no_grad():
         for f, entries in files:
             for e in entries:
                 target = targets[e.name]
-                flat = target.view(-1) if target.is_contiguous() else torch.empty(
-                    target.numel(), dtype=target.dtype, device=target.device)
-                itemsize = target.element_size()
-                chunk = max(itemsize, len(staging) // itemsize * itemsize)
                 f.seek(e.start)
-                done = 0
-                while done < e.nbytes:
-                    n = min(chunk, e.nbytes - done)
-                    got = f.readinto(view[:n])
-                    if got != n:
-                        raise BackendError(f"{e.name}: the file ended {e.nbytes - done - (got or 0)} bytes early "
-                                           f"while its weights were being copied")
-                    src = torch.frombuffer(staging, dtype=torch.uint8, count=n).view(target.dtype)
-                    flat[done // itemsize:(done + n) // itemsize].copy_(src)
-                    done += n
-                if not target.is_contiguous():
-                    target.copy_(flat.view(target.shape))
+                if target.device.type == "cpu" and target.is_contiguous():
+                    own = memoryview(target.view(-1).view(torch.uint8).numpy())  # the tensor's own bytes
+                    _read_into(f, own, e, staging_bytes)
+                else:
+                    if staging is None:
+                        largest = max(x.nbytes for _, xs in files for x in xs)
+                        staging = bytearray(max(8, min(staging_bytes, largest)))
+                    _read_through(f, target, e, staging)
                 copied += e.nbytes
     return copied
+
+
+def _read_into(f: IO[bytes], dest: memoryview, e: TensorEntry, chunk: int) -> None:
+    done = 0
+    while done < e.nbytes:
+        n = min(chunk, e.nbytes - done)
+        got = f.readinto(dest[done:done + n])
+        if got != n:
+            raise BackendError(f"{e.name}: the file ended {e.nbytes - done - (got or 0)} bytes early while its "
+                               f"weights were being copied")
+        done += n
+
+
+def _read_through(f: IO[bytes], target: torch.Tensor, e: TensorEntry, staging: bytearray) -> None:
+    import torch
+
+    flat = target.view(-1) if target.is_contiguous() else torch.empty(target.numel(), dtype=target.dtype,
+                                                                      device=target.device)
+    itemsize = target.element_size()
+    chunk = max(itemsize, len(staging) // itemsize * itemsize)
+    view = memoryview(staging)
+    done = 0
+    while done < e.nbytes:
+        n = min(chunk, e.nbytes - done)
+        _read_into(f, view[:n], TensorEntry(e.name, e.dtype, e.shape, e.start + done, n), n)
+        src = torch.frombuffer(staging, dtype=torch.uint8, count=n).view(target.dtype)
+        flat[done // itemsize:(done + n) // itemsize].copy_(src)  # host to device on a GPU
+        done += n
+    if not target.is_contiguous():
+        target.copy_(flat.view(target.shape))
 
 
 class SwapPlan:
