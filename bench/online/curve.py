@@ -171,7 +171,9 @@ def table(seeds: list[dict[str, Any]]) -> str:
                          f"{a['samples']:,}{drawn} | {a['test_accuracy']:.3f} | {bold}{a['delta_vs_sft']:+.3f} "
                          f"[{lo:+.3f}, {hi:+.3f}]{bold} | {extra} |")
         if "online_over_offline" in s:
-            lines.append(f"| {s['seed']} | | online / offline lift | | | | {s['online_over_offline']:.2f}x | | | | |")
+            ratio = s["online_over_offline"]
+            shown = "– (no offline lift)" if math.isnan(ratio) else f"{ratio:.2f}x"
+            lines.append(f"| {s['seed']} | | online / offline lift | | | | {shown} | | | | |")
     return "\n".join(lines)
 
 
