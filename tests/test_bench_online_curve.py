@@ -44,7 +44,7 @@ def test_no_ratio_when_offline_did_not_lift():
 
 
 def test_merge_joins_seeds_and_refuses_mismatches(tmp_path):
-    base = {"setting": "a", "config": {"rl_steps": 120}, "devices": 2, "finetune": "full"}
+    base = {"setting": "a", "config": {"rl_steps": 120}, "devices": 2, "finetune": "full", "algo": "aepo"}
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     a.write_text(json.dumps({**base, "seeds": [_seed(1, (0.04, 0.01, 0.07), (0.02, 0.0, 0.04))]}))
     b.write_text(json.dumps({**base, "seeds": [_seed(0, (0.06, 0.03, 0.09), (0.05, 0.02, 0.08))]}))

@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--arms", nargs="+", choices=["offline", "online"], default=["offline", "online"])
     cv.add_argument("--devices", type=int, default=2, help="browser actors of the online arm")
     cv.add_argument("--finetune", choices=["full", "lora"], default="full")
+    cv.add_argument("--algo", choices=["aepo", "grpo"], default="aepo",
+                    help="both arms' algorithm: offline, bench.learning's arm of that name (GRPO with single answers "
+                         "and GUI-R1's 0.2 format + 0.8 hit); online, the same update on the step verifier's reward")
     cv.add_argument("--sft-dir", type=Path, default=REPO / "bench/results/learning/sft",
                     help="SFT checkpoints saved by python -m bench.learning (trained and saved here if missing)")
     cv.add_argument("--quick", action="store_true", help="the learning benchmark's smoke budget (200 test screens)")

@@ -55,24 +55,24 @@ def bench_config(setting: str, updates: int, quick: bool) -> Any:
     return replace(cfg, rl_steps=updates, rl_eval_every=max(1, updates // 6))
 
 
-def offline_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray) -> dict[str, Any]:
+def offline_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, algo: str = "aepo") -> dict[str, Any]:
     from bench.learning.run import held_out, rl_arm
     from bench.learning.screens import PRESET
     from policy.backends.hf import TransformersBackend
 
     val, test = held_out(cfg)
     backend = TransformersBackend(model, preset=PRESET, dtype="float32")
-    return {**rl_arm("aepo", seed, cfg, backend, sft_correct, val, test), "updates": cfg.rl_steps}
+    return {**rl_arm(algo, seed, cfg, backend, sft_correct, val, test), "updates": cfg.rl_steps}
 
 
-def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str) -> Any:
+def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str, algo: str = "aepo") -> Any:
     from agent.config import load_train_config
 
     lora = ['model.lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"]'] if finetune == "lora" else []
     return load_train_config(None, [
         f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
         'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
-        'train.algo="aepo"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
+        f'train.algo="{algo}"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
         f"rl.lr={cfg.rl_lr}", f"rl.warmup_steps={cfg.rl_warmup}", f"rl.group_size={cfg.group_size}",
         f"rl.batch_prompts={cfg.prompts_per_step}", f"rl.max_new_tokens={cfg.max_new_tokens}",
         "filter.drop_all_correct=false", "checkpoint.every=0", "log.tensorboard=false", "eval.every=0",
@@ -80,7 +80,7 @@ def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str
 
 
 def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env: str, devices: int, work: Path,
-               finetune: str) -> dict[str, Any]:
+               finetune: str, algo: str = "aepo") -> dict[str, Any]:
     import bench.online.shapes  # noqa: F401 - registers bench/shapes*
     from agent.online import OnlineConfig, OnlineSession, curve_points
     from bench.learning.run import evaluate, held_out, paired_bootstrap
@@ -90,7 +90,7 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
 
     run_dir = work / f"online-seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune),
+    session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune, algo),
                             OnlineConfig(env=env, devices=devices, group_level="step", torch_threads=1,
                                          progress_every_s=60, report=False))
     t0 = time.perf_counter()
@@ -142,10 +142,10 @@ def run_seed(seed: int, args: Any, cfg: Any, work: Path, done: dict[str, Any] | 
     if done and done.get("sft") == out["sft"]:
         out.update({arm: done[arm] for arm in ("offline", "online") if arm in done and arm not in args.arms})
     if "offline" in args.arms:
-        out["offline"] = offline_arm(model, seed, cfg, sft_correct)
+        out["offline"] = offline_arm(model, seed, cfg, sft_correct, args.algo)
     if "online" in args.arms:
         out["online"] = online_arm(model, seed, cfg, sft_correct, env=ENVS[args.setting], devices=args.devices,
-                                   work=work, finetune=args.finetune)
+                                   work=work, finetune=args.finetune, algo=args.algo)
     if "offline" in out and "online" in out:
         off, on = out["offline"]["delta_vs_sft"], out["online"]["delta_vs_sft"]
         out["online_over_offline"] = on / off if off > 0 else math.nan
@@ -205,7 +205,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """One result from runs made side by side (one seed each): their settings must be equal; a seed in two runs
     is refused."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    keys = ("setting", "config", "devices", "finetune")
+    keys = ("setting", "config", "devices", "finetune", "algo")
     for path, run in zip(paths[1:], runs[1:]):
         diff = [k for k in keys if run.get(k) != runs[0].get(k)]
         if diff:
@@ -241,15 +241,15 @@ def main(args: Any, work: Path) -> dict[str, Any]:
     data: dict[str, Any] = {"setting": args.setting, "config": {k: getattr(cfg, k) for k in (
         "rl_steps", "rl_lr", "rl_warmup", "prompts_per_step", "group_size", "max_new_tokens", "test_size",
         "grid", "distractors", "mode", "sft_max_steps", "sft_max_minutes")}, "devices": args.devices,
-        "finetune": args.finetune, "seeds": []}
+        "finetune": args.finetune, "algo": args.algo, "seeds": []}
     earlier: dict[int, dict[str, Any]] = {}
     if args.out.exists():  # arms of an earlier run with the same config are kept, other seeds carried over
         try:
             old = json.loads(args.out.read_text())
         except ValueError:
             old = {}
-        if {k: old.get(k) for k in ("setting", "config", "devices", "finetune")} == {
-                k: json.loads(json.dumps(data[k])) for k in ("setting", "config", "devices", "finetune")}:
+        keys = ("setting", "config", "devices", "finetune", "algo")
+        if {k: old.get(k) for k in keys} == {k: json.loads(json.dumps(data[k])) for k in keys}:
             earlier = {s["seed"]: s for s in old.get("seeds", [])}
     for seed in sorted(set(args.seeds) | set(earlier)):
         if seed not in args.seeds:
