@@ -22,10 +22,16 @@ Learner's AEPO steps (shared-prefix and unshared update) against TRL's GRPOTrain
 screens, several alternating runs, medians (``bench/learning/trl_compare.py``): ``<out>/trl_compare.json`` and
 ``.md``.
 
+Each seed's SFT checkpoint is saved as a model folder with ``sft.json`` under ``--sft-dir`` (default
+``<out>/sft``), one per seed and SFT settings; a later run with the same ones starts from it, and
+``python -m bench.online curve`` runs its online arm from the same folder. ``--setting hard`` is where AEPO's
+multi-answer exploration should pay (``SETTINGS``).
+
 Run from the repository root:
     .venv/bin/python -m bench.learning --quick                 # ~5 min smoke run, one seed
     .venv/bin/python -m bench.learning --seeds 0          # one seed of the reported setting (~40 min alone)
     .venv/bin/python -m bench.learning --merge a.json b.json c.json  # seeds run side by side -> one result
+    .venv/bin/python -m bench.learning --setting hard --seeds 0      # AEPO against GRPO on hard screens
     .venv/bin/python -m bench.learning --trl --out docs/results/learning   # ~40 min: 2 settings x 4 sides x 3 runs
 """
 
