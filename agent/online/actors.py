@@ -46,6 +46,17 @@ def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False) -> tupl
     return 1.0 + accuracy, {"format": 1.0, "accuracy": accuracy, "correct": 1.0 if k else 0.0, "answers": float(n)}
 
 
+def cut_off(sample: Any) -> bool:
+    """Whether a sampled answer ran into the token cap (``finish_reason`` "length") instead of ending.
+
+    Such an answer is not scored from what the lenient run-time parser recovers from it: the parser reads the points
+    of a cut-off list (so that ``agent run`` acts on what the model meant), but as a reward that pays for lists that
+    grow past the cap. Seen on hard screens (docs/benchmarks.md): 4-point lists cut mid-point scored 1 - 1/N instead
+    of -1, and the policy drifted to answers that never end. The released AEPO reward, which the offline learner
+    uses, reads such text as malformed (-1); the online step reward now does too."""
+    return getattr(sample, "finish_reason", None) == "length"
+
+
 class ActorPolicy:
     """The policy of one episode of one actor: the session's model policy, plus what online learning needs
     (adapter sync between steps, backpressure, scoring the answers, the samples)."""
@@ -106,11 +117,15 @@ class ActorPolicy:
     async def _score(self, generation: Any, space: Any, history: Sequence[HistoryEntry]
                      ) -> list[tuple[float, dict[str, float]]]:
         """Each answer's reward from the step verifier (``step_reward``); every action of every answer is checked in
-        one ``env.verify`` call."""
+        one ``env.verify`` call. An answer cut off at ``rl.max_new_tokens`` scores as one that does not parse (see
+        ``cut_off``)."""
         ctx = self.ctx
         fmt, preset = ctx.policy.format, ctx.policy.preset
         answers: list[Any] = []
         for sample in generation.samples:
+            if cut_off(sample):
+                answers.append(None)
+                continue
             try:
                 answers.append(fmt.parse(sample.text, space, preset, history=history))
             except FormatParseError:

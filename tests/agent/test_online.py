@@ -332,3 +332,33 @@ def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_mod
                           progress=lines.append)
     asyncio.run(again.run())
     assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines
+
+
+def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse():
+    """The run-time parser reads the points of a cut-off list; as a reward that would pay for answers that never
+    end. Scored: the same text is -1 when it hit the cap and an ordinary miss (0) when the model ended it."""
+    from types import SimpleNamespace
+
+    from agent.online.actors import ActorPolicy, cut_off
+    from envs.base import StepVerdict
+    from policy.backends.base import Generation, Sample
+    from policy.formats.infigui import InfiGuiG1Format
+    from policy.presets import preset_for
+
+    preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
+    text = '[{"point_2d": [14, 14]}, {"point_2d": [84'
+    ended, capped = Sample(text=text, finish_reason="stop"), Sample(text=text, finish_reason="length")
+    assert (cut_off(ended), cut_off(capped), cut_off(Sample(text=text))) == (False, True, False)
+
+    class Env:
+        async def verify(self, actions):
+            return [StepVerdict(False, 0.0, "not on the target") for _ in actions]
+
+    policy = object.__new__(ActorPolicy)
+    policy.env = Env()
+    policy.ctx = SimpleNamespace(policy=SimpleNamespace(format=InfiGuiG1Format(), preset=preset),
+                                 settings=SimpleNamespace(env="test"), fatal=None)
+    space = preset.space((224, 224))
+    rewards = asyncio.run(policy._score(Generation((ended, capped)), space, ()))
+    assert [r for r, _ in rewards] == [0.0, -1.0]
+    assert rewards[1][1]["format"] == 0.0 and rewards[0][1]["answers"] == 1.0
