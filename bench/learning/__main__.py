@@ -289,12 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {json_path}, {png_path} and {args.out / f'{args.name}.md'}")
         return 0
     if args.trl:
-        from bench.learning.trl_compare import compare, markdown_table
+        from bench.learning.trl_compare import compare, markdown_table as trl_table
 
         path = args.out / "trl_compare.json"
         result = compare(path, threads=args.threads, runs=args.trl_runs, settings=tuple(args.trl_settings),
                          sides=tuple(args.trl_sides))
-        print(markdown_table(result))
+        print(trl_table(result))
         print(f"wrote {path} and {path.with_suffix('.md')}")
         return 0
 
