@@ -57,6 +57,23 @@ def cut_off(sample: Any) -> bool:
     return getattr(sample, "finish_reason", None) == "length"
 
 
+def well_formed(text: str, preset: Any) -> bool:
+    """Whether an answer passes its family's reward-side format check, where the family has one apart from its
+    run-time parser: InfiGUI-G1's released reward parser (``strict_parse``: a complete JSON list of ``point_2d``
+    objects, the think block when the variant has one). The run-time parser also reads the points of a malformed
+    list, which is right for acting and wrong for a reward: on hard screens online AEPO and GRPO learned to end
+    answers with broken JSON that the run-time parser still read (docs/benchmarks.md, "Setting hard")."""
+    if getattr(preset, "family", "") != "infigui-g1":
+        return True
+    from policy.formats.infigui import strict_parse
+
+    try:
+        strict_parse(text, think=preset.variant != "no_think")
+    except FormatParseError:
+        return False
+    return True
+
+
 class ActorPolicy:
     """The policy of one episode of one actor: the session's model policy, plus what online learning needs
     (adapter sync between steps, backpressure, scoring the answers, the samples)."""
@@ -123,7 +140,7 @@ class ActorPolicy:
         fmt, preset = ctx.policy.format, ctx.policy.preset
         answers: list[Any] = []
         for sample in generation.samples:
-            if cut_off(sample):
+            if cut_off(sample) or not well_formed(sample.text, preset):
                 answers.append(None)
                 continue
             try:
