@@ -60,6 +60,12 @@ def main() -> None:
         metrics = learner.step(mine)
     if learner.rank == 0:
         torch.save({"state": learner.trainable_state(), "world": learner.world_size, "metrics": metrics}, out)
+    if accelerator is not None:  # leave together: a rank that exits while another still talks over gloo can abort
+        import torch.distributed as dist
+
+        accelerator.wait_for_everyone()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
