@@ -334,32 +334,39 @@ def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_mod
     assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines
 
 
-def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse():
-    """An answer that hit the token cap did not end: as a reward, reading what it holds would pay for answers that
-    never end. Scored: the same text is -1 when it hit the cap and an ordinary miss (0) when the model ended it."""
+def score_infigui_answers(samples) -> list[tuple[float, dict]]:
+    """The online step reward of ``samples`` (InfiGUI-G1 no_think answers to a 224 px screen) through
+    ``ActorPolicy._score``, with a step verifier that finds every action wrong."""
     from types import SimpleNamespace
 
-    from agent.online.actors import ActorPolicy, cut_off
+    from agent.online.actors import ActorPolicy
     from envs.base import StepVerdict
-    from policy.backends.base import Generation, Sample
+    from policy.backends.base import Generation
     from policy.formats.infigui import InfiGuiG1Format
     from policy.presets import preset_for
-
-    preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
-    text = '[{"point_2d": [14, 14]}]'  # well formed: only the cap decides
-    ended, capped = Sample(text=text, finish_reason="stop"), Sample(text=text, finish_reason="length")
-    assert (cut_off(ended), cut_off(capped), cut_off(Sample(text=text))) == (False, True, False)
 
     class Env:
         async def verify(self, actions):
             return [StepVerdict(False, 0.0, "not on the target") for _ in actions]
 
+    preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
     policy = object.__new__(ActorPolicy)
     policy.env = Env()
     policy.ctx = SimpleNamespace(policy=SimpleNamespace(format=InfiGuiG1Format(), preset=preset),
                                  settings=SimpleNamespace(env="test"), fatal=None)
-    space = preset.space((224, 224))
-    rewards = asyncio.run(policy._score(Generation((ended, capped)), space, ()))
+    return asyncio.run(policy._score(Generation(tuple(samples)), preset.space((224, 224)), ()))
+
+
+def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse():
+    """An answer that hit the token cap did not end: as a reward, reading what it holds would pay for answers that
+    never end. Scored: the same text is -1 when it hit the cap and an ordinary miss (0) when the model ended it."""
+    from agent.online.actors import cut_off
+    from policy.backends.base import Sample
+
+    text = '[{"point_2d": [14, 14]}]'  # well formed: only the cap decides
+    ended, capped = Sample(text=text, finish_reason="stop"), Sample(text=text, finish_reason="length")
+    assert (cut_off(ended), cut_off(capped), cut_off(Sample(text=text))) == (False, True, False)
+    rewards = score_infigui_answers([ended, capped])
     assert [r for r, _ in rewards] == [0.0, -1.0]
     assert rewards[1][1]["format"] == 0.0 and rewards[0][1]["answers"] == 1.0
 
@@ -367,27 +374,13 @@ def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse(
 def test_a_malformed_infigui_answer_scores_minus_one_though_the_run_time_parser_reads_it():
     """The run-time parser reads the points of a list with broken JSON (right for acting); the reward takes the
     released reward parser's rule, so the same ended answer scores -1, and a well-formed miss scores 0."""
-    from types import SimpleNamespace
-
-    from agent.online.actors import ActorPolicy, well_formed
-    from envs.base import StepVerdict
-    from policy.backends.base import Generation, Sample
-    from policy.formats.infigui import InfiGuiG1Format
+    from agent.online.actors import well_formed
+    from policy.backends.base import Sample
     from policy.presets import preset_for
 
     preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
     broken, fine = '[{"point_2d": [14, 14]}, {"point_2d": [84, 14]}, {', '[{"point_2d": [14, 14]}]'
     assert (well_formed(broken, preset), well_formed(fine, preset)) == (False, True)
     assert well_formed(broken, preset_for("tiny-qwen", "gui-r1"))  # other families: their parser decides
-
-    class Env:
-        async def verify(self, actions):
-            return [StepVerdict(False, 0.0, "not on the target") for _ in actions]
-
-    policy = object.__new__(ActorPolicy)
-    policy.env = Env()
-    policy.ctx = SimpleNamespace(policy=SimpleNamespace(format=InfiGuiG1Format(), preset=preset),
-                                 settings=SimpleNamespace(env="test"), fatal=None)
-    ended = [Sample(text=t, finish_reason="stop") for t in (broken, fine)]
-    rewards = asyncio.run(policy._score(Generation(tuple(ended)), preset.space((224, 224)), ()))
+    rewards = score_infigui_answers([Sample(text=t, finish_reason="stop") for t in (broken, fine)])
     assert [r for r, _ in rewards] == [-1.0, 0.0]
