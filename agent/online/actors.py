@@ -20,6 +20,7 @@ from envs.records import Outcome
 from policy.base import Decision, HistoryEntry
 from policy.backends.hf import split_images
 from policy.errors import FormatParseError
+from policy.formats.infigui import strict_parse
 from train.collinear import is_collinear
 from train.errors import TransportClosed
 from train.messages import ActorStatus, EpisodeMessage, GroupMessage
@@ -65,8 +66,6 @@ def well_formed(text: str, preset: Any) -> bool:
     answers with broken JSON that the run-time parser still read (docs/benchmarks.md, "Setting hard")."""
     if getattr(preset, "family", "") != "infigui-g1":
         return True
-    from policy.formats.infigui import strict_parse
-
     try:
         strict_parse(text, think=preset.variant != "no_think")
     except FormatParseError:
