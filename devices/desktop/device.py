@@ -152,7 +152,7 @@ class DesktopDevice(AsyncContextDevice):
             return
 
         def shut() -> None:
-            for obj in (self._sct, self._x):
+            for obj in (self._keyboard, self._sct, self._x):
                 if obj is not None:
                     try:
                         obj.close()

@@ -1,7 +1,7 @@
 """Keys and text on an X display: pyautogui key presses, ``xdotool`` and the clipboard (``xclip``).
 
-Text is typed by ``xdotool type`` (any Unicode, Chinese included: xdotool maps each character to a
-spare keycode), by pasting through the clipboard (``xclip``, then the paste hotkey), or by
+Text is typed by ``xdotool type`` (ASCII) and spare keycodes bound to other characters (any Unicode, Chinese
+included: ``RemappedTyper``), by pasting through the clipboard (``xclip``, then the paste hotkey), or by
 pyautogui key presses (ASCII only). Keys go through pyautogui when it has a keycode for them, else
 through ``xdotool key``; text or keys the chosen method cannot send are a DeviceError that names
 what to install, never silently dropped.
@@ -75,46 +75,117 @@ def resolve_typing(method: str) -> str:
 
 
 REMAP_PAUSE_S = 0.05
-"""How long a character typed through a remapped keycode keeps its mapping after its key (``RemappedTyper``)."""
+"""How long a new keycode binding waits before its key is sent, and a bound keycode after its last key before it
+may be rebound (``RemappedTyper``)."""
+REMAP_POOL = 24
+"""At most this many spare keycodes hold characters at once; at least ``REMAP_LEAVE`` stay free for other tools."""
+REMAP_LEAVE = 2
 
 
 class RemappedTyper:
-    """Types characters the keyboard has no key for: a spare keycode is mapped to each one's keysym through the X
-    keyboard mapping, pressed and released through XTEST, and the mapping kept ``REMAP_PAUSE_S`` so the app reads the
-    key while it still means that character; the keycode is set back to nothing at the end."""
+    """Types characters the keyboard has no key for, through spare keycodes of the X keyboard mapping.
+
+    An app reads a key with the keyboard mapping it has when it gets round to the key, not the one in force when
+    the key was sent: a key that comes right after its keycode was bound, or a keycode rebound or unbound right
+    after its key, types the wrong character or nothing (seen under load with ``xdotool type``, which binds,
+    presses and unbinds at once: 你好 arrived as 你, 第一行 as 第行). So each character gets a spare keycode of its
+    own; the characters about to be typed are bound together, ``REMAP_PAUSE_S`` passes, and then their keys are
+    pressed and released through XTEST. Bindings stay until the device closes (``close``), so a character typed
+    again costs nothing; only when every pooled keycode is taken is the least recently used one rebound,
+    ``REMAP_PAUSE_S`` after its last key at the earliest."""
 
     def __init__(self, display: str) -> None:
         from Xlib import display as xdisplay
 
+        self.display = display
         self.conn = xdisplay.Display(display)
-        self.keycode = self._spare()
+        self.free = self._spares()
+        """spare keycodes not bound yet, taken from the end"""
+        self.bound: dict[str, int] = {}
+        """character -> its keycode, least recently typed first"""
+        self.last_key: dict[int, float] = {}
+        """keycode -> when its key was last sent (time.monotonic)"""
 
-    def _spare(self) -> int:
+    def _spares(self) -> list[int]:
         first = self.conn.display.info.min_keycode
         count = self.conn.display.info.max_keycode - first + 1
-        for offset, syms in enumerate(self.conn.get_keyboard_mapping(first, count)):
-            if not any(syms):
-                return first + offset
-        raise DeviceError("the X keyboard map has no spare keycode to type characters outside the keyboard with; "
-                          "set desktop.typing = 'clipboard'")
+        spare = [first + i for i, syms in enumerate(self.conn.get_keyboard_mapping(first, count)) if not any(syms)]
+        if not spare:
+            raise DeviceError(f"the X keyboard map of {self.display} has no spare keycode to type characters outside "
+                              "the keyboard with; set desktop.typing = 'clipboard'")
+        # xdotool and other tools bind the lowest spare keycodes: the pool is the highest, taken highest first
+        return spare[len(spare) - max(1, min(REMAP_POOL, len(spare) - REMAP_LEAVE)):]
 
-    def type(self, text: str) -> None:
+    def _take(self, keep: set[str]) -> int | None:
+        """A keycode to bind: a free one, else the least recently used one not bound to a character in ``keep``
+        (``REMAP_PAUSE_S`` after its last key at the earliest), else None."""
+        while self.free:
+            code = self.free.pop()
+            if not any(self.conn.get_keyboard_mapping(code, 1)[0]):
+                return code  # else another client bound it since we looked: skip it
+        for char, code in self.bound.items():
+            if char not in keep:
+                del self.bound[char]
+                wait = self.last_key.get(code, 0.0) + REMAP_PAUSE_S - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                return code
+        return None
+
+    def _bind_ahead(self, text: str) -> int:
+        """Bind keycodes for the characters at the start of ``text`` that have none, as many as the pool holds
+        without rebinding one of them, and wait ``REMAP_PAUSE_S`` if any was bound. How many characters of
+        ``text`` can now be typed (at least one)."""
+        stretch: set[str] = set()
+        bound_any = False
+        end = 0
+        for char in text:
+            if char not in self.bound:
+                code = self._take(stretch)
+                if code is None:
+                    break
+                cp = ord(char)
+                keysym = cp if cp < 0x100 else 0x01000000 | cp  # X11's keysyms for Unicode
+                self.conn.change_keyboard_mapping(code, [(keysym, keysym)])
+                self.bound[char] = code
+                bound_any = True
+            stretch.add(char)
+            end += 1
+        if end == 0:
+            raise DeviceError(f"every spare keycode of {self.display} was taken by another client; "
+                              "set desktop.typing = 'clipboard'")
+        if bound_any:
+            self.conn.sync()
+            time.sleep(REMAP_PAUSE_S)
+        return end
+
+    def type(self, text: str, delay_s: float = 0.0) -> None:
+        """Type ``text`` (no character of it on the keyboard), ``delay_s`` between characters."""
         from Xlib import X
         from Xlib.ext import xtest
 
+        while text:
+            ready = self._bind_ahead(text)
+            for char in text[:ready]:
+                code = self.bound.pop(char)
+                self.bound[char] = code  # the most recently used now
+                xtest.fake_input(self.conn, X.KeyPress, code)
+                xtest.fake_input(self.conn, X.KeyRelease, code)
+                self.conn.sync()
+                self.last_key[code] = time.monotonic()
+                if delay_s:
+                    time.sleep(delay_s)
+            text = text[ready:]
+
+    def close(self) -> None:
+        """Unbind every keycode this typer bound and close its connection."""
         try:
-            for char in text:
-                code = ord(char)
-                keysym = code if code < 0x100 else 0x01000000 | code  # X11's keysyms for Unicode
-                self.conn.change_keyboard_mapping(self.keycode, [(keysym, keysym)])
-                self.conn.sync()
-                xtest.fake_input(self.conn, X.KeyPress, self.keycode)
-                xtest.fake_input(self.conn, X.KeyRelease, self.keycode)
-                self.conn.sync()
-                time.sleep(REMAP_PAUSE_S)
-        finally:
-            self.conn.change_keyboard_mapping(self.keycode, [(0, 0)])
+            for code in self.bound.values():
+                self.conn.change_keyboard_mapping(code, [(0, 0)])
             self.conn.sync()
+        finally:
+            self.bound.clear()
+            self.conn.close()
 
 
 class Keyboard:
@@ -149,10 +220,10 @@ class Keyboard:
             # A character with no key on the keyboard needs a spare keycode mapped to it. xdotool maps, presses and
             # unmaps within one call, and a busy app reads the key after the unmapping: the character is lost (seen
             # under load: 第一行 arrived as 第行). So ASCII goes in runs through xdotool, and every other character
-            # through our own mapping, held until the app has had the key (RemappedTyper).
+            # through keycodes of our own that keep their character until the device closes (RemappedTyper).
             for run in re.findall(r"[\x00-\x7f]+|[^\x00-\x7f]+", text):
                 if not run.isascii():
-                    self._remapped().type(run)
+                    self._remapped().type(run, self.config.type_delay_ms / 1000)
                     continue
                 cmd = ["xdotool", "type", "--clearmodifiers", "--delay", str(self.config.type_delay_ms), "--", run]
                 proc = subprocess.run(cmd, env=env, capture_output=True, timeout=limit)
@@ -177,6 +248,12 @@ class Keyboard:
             self.press(self.config.paste_keys, hotkey=True)
         else:
             self.pg.write(text)
+
+    def close(self) -> None:
+        """Give back the keycodes bound for typing (the X connection's own thread: the device's executor)."""
+        typer, self._typer = self._typer, None
+        if typer is not None:
+            typer.close()
 
     def _remapped(self) -> RemappedTyper:
         if self._typer is None:

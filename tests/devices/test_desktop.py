@@ -407,6 +407,49 @@ def test_typing_unicode(app, xvfb, typing):
     app.value("text", "第一行\nline 2")
 
 
+def unicode_keycodes(display: str) -> dict[str, int]:
+    """Characters outside Latin-1 that the display's keyboard mapping types -> their keycodes."""
+    from Xlib import display as xdisplay
+
+    conn = xdisplay.Display(display)
+    try:
+        info = conn.display.info
+        rows = conn.get_keyboard_mapping(info.min_keycode, info.max_keycode - info.min_keycode + 1)
+    finally:
+        conn.close()
+    return {chr(sym - 0x01000000): info.min_keycode + i for i, row in enumerate(rows)
+            for sym in row[:1] if 0x01000100 <= sym <= 0x0110FFFF}
+
+
+def test_typed_characters_keep_their_keycodes_until_the_device_closes(app, xvfb):
+    """An app reads a key with the keyboard mapping of when it reads it: each character keeps its own keycode
+    while the device is open (a late reader still gets the right character), and the device gives them back."""
+    async def scenario(device):
+        await device.act(Action("type", text="你好你", point=centre(20, 100, 300, 30)))
+        return unicode_keycodes(device.display)
+
+    held = on_device(xvfb, scenario, typing="xdotool")
+    app.value("entry", "你好你")
+    assert set(held) == {"你", "好"} and held["你"] != held["好"]
+    assert unicode_keycodes(xvfb) == {}
+
+
+def test_typing_more_characters_than_spare_keycodes(app, xvfb, monkeypatch):
+    """With two keycodes for five characters, the least recently typed one is rebound each time."""
+    from devices.desktop import keyboard
+
+    monkeypatch.setattr(keyboard, "REMAP_POOL", 2)
+
+    async def scenario(device):
+        await device.act(Action("type", text="αβγαδε", point=centre(20, 100, 300, 30)))
+        return unicode_keycodes(device.display)
+
+    held = on_device(xvfb, scenario, typing="xdotool")
+    app.value("entry", "αβγαδε")
+    assert set(held) == {"δ", "ε"}  # the last two; α was typed again after γ but before δ and ε
+    assert unicode_keycodes(xvfb) == {}
+
+
 def test_typing_with_keys_is_ascii_only(app, xvfb):
     async def scenario(device):
         await device.act(Action("type", text="Hello, World!", point=centre(20, 100, 300, 30)))
