@@ -491,6 +491,16 @@ def run_from_config(config: TrainConfig) -> TrainResult:
         if config.model.device == "cuda":  # one GPU per process
             local = dataclasses.replace(config.model, device=f"cuda:{accelerator.local_process_index}")
             config = dataclasses.replace(config, model=local)
+    result = _run_stage(config, accelerator)
+    if accelerator is not None:
+        # the ranks leave together: one that exits while another still talks over gloo can abort the run at its
+        # very end (seen in the two-process test: "terminate called without an active exception")
+        accelerator.wait_for_everyone()
+        accelerator.end_training()  # destroys the process group
+    return result
+
+
+def _run_stage(config: TrainConfig, accelerator: Any) -> TrainResult:
     if config.data.source == "samples":
         from train.samples import ReadStats, iter_groups, read_jsonl
 
