@@ -44,12 +44,14 @@ class BenchConfig:
     contention it fires earlier in steps: give ``sft_max_steps`` and a generous time cap for a run that does not
     depend on the machine's load."""
     sft_max_steps: int = 0
-    """Step cap of the SFT stage (0: none); the same fallback to the latest in-band checkpoint as the time cap."""
+    """Step cap of the SFT stage (0: none). When a cap comes first, or validation jumps above the band, SFT falls
+    back to the latest in-band checkpoint if it had one."""
     sft_eval_every: int = 25
     """SFT steps between validation checks."""
     sft_band: tuple[float, float] = (0.30, 0.60)
     """Stop SFT once validation top-1 accuracy is inside this band."""
     sft_jitter: int = 0
+    """Max px the SFT answer point moves from the target centre (inside the box)."""
     sft_warmup: int = 20
     """SFT steps of linear learning-rate warm-up."""
     sft_multi: float = 0.0
@@ -60,7 +62,6 @@ class BenchConfig:
     """Consecutive validation checks inside the band needed to stop SFT."""
     sft_min_steps: int = 100
     """No stopping before this many SFT steps."""
-    """Max px the SFT answer point moves from the target centre (inside the box)."""
     rl_lr: float = 1e-4  # 5e-4 lowered top-1 on every seed; 1e-4 x 120 updates raised it (docs/benchmarks.md)
     rl_steps: int = 120
     rl_warmup: int = 2
@@ -165,7 +166,7 @@ def sft_stage(seed: int, cfg: BenchConfig, backend: TransformersBackend, val: li
             if val_acc > hi:
                 stop = "above band"
                 break
-    if stop in ("time", "steps") and last_in_band is not None:  # a cap came first: the latest in-band check
+    if stop in ("time", "steps", "above band") and last_in_band is not None:  # the latest in-band check
         step, val_acc, state = last_in_band
         backend.model.load_state_dict(state)
         stop = f"{stop}, latest in-band checkpoint"

@@ -202,8 +202,50 @@ def test_hard_setting_is_what_its_docstring_says():
     from bench.learning.__main__ import budget_config
 
     cfg = budget_config(None, False, None, "hard")
-    assert (cfg.grid, cfg.distractors, cfg.mode, cfg.sft_band, cfg.arms) == (4, 3, "share", (0.05, 0.15),
+    assert (cfg.grid, cfg.distractors, cfg.mode, cfg.sft_band, cfg.arms) == (4, 3, "share", (0.10, 0.15),
                                                                               ("aepo", "grpo"))
+    assert (cfg.sft_consecutive, cfg.sft_eval_every, cfg.sft_multi, cfg.sft_multi_points) == (1, 10, 0.5, 4)
+    assert cfg.sft_band[0] > 1 / cfg.grid ** 2  # above chance: a blind guess hits 1 cell in 16
     quick = budget_config(None, True, ["aepo"], "hard")
     assert quick.grid == 4 and quick.rl_steps == 6 and quick.arms == ("aepo",)
     assert budget_config(None, False, None, "a") == BenchConfig()
+
+
+@pytest.mark.parametrize("accuracies, stop, steps, val", [
+    ([0.05, 0.12, 0.13], "band", 3, 0.13),  # two in-band checks in a row
+    ([0.05, 0.12, 0.40], "above band, latest in-band checkpoint", 2, 0.12),  # jumped over: back to step 2
+    ([0.05, 0.40], "above band", 2, 0.40),  # never in the band: nothing to fall back to
+    ([0.05, 0.12, 0.05, 0.02], "steps, latest in-band checkpoint", 2, 0.12),
+])
+def test_sft_stops_in_the_band_or_falls_back_to_its_latest_in_band_checkpoint(monkeypatch, accuracies, stop, steps,
+                                                                              val):
+    """The stop rule with scripted validation scores: the model left behind is the one of the step reported (its
+    weight is set to the step number by a stand-in learner)."""
+    import numpy as np
+    import torch
+
+    from bench.learning import run
+
+    class Backend:
+        model = torch.nn.Linear(1, 1, bias=False)
+
+    class Learner:
+        def __init__(self, backend, **kwargs):
+            self.backend, self.optimizer, self.steps = backend, torch.optim.SGD(backend.model.parameters()), 0
+
+        def step(self, examples):
+            assert len(examples) == 2 and all(e.target_text for e in examples)
+            self.steps += 1
+            with torch.no_grad():
+                self.backend.model.weight.fill_(self.steps)
+            return {"sft/loss": 1.0 / self.steps}
+
+    scores = iter(accuracies)
+    monkeypatch.setattr(run, "SupervisedLearner", Learner)
+    monkeypatch.setattr(run, "evaluate", lambda backend, val, cfg: (next(scores), np.zeros(0, bool), 1.0))
+    cfg = BenchConfig(sft_band=(0.10, 0.15), sft_consecutive=2, sft_eval_every=1, sft_min_steps=0,
+                      sft_max_steps=len(accuracies), sft_max_minutes=5, sft_batch=2)
+    out = run.sft_stage(0, cfg, Backend(), [])
+    assert (out["stop"], out["steps"], out["val_accuracy"]) == (stop, steps, val)
+    assert Backend.model.weight.item() == steps
+    assert [c["val_accuracy"] for c in out["curve"]] == accuracies[:len(out["curve"])]
