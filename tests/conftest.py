@@ -12,6 +12,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _ignore(signum: int, frame: object) -> None:
+    """Stands in for SIG_IGN in the test process (see below)."""
+
+
+# A suite started in the background (``nohup make test &`` from a script) inherits SIGINT and SIGHUP ignored, and an
+# ignored signal stays ignored across exec: every `agent` process a test starts would then ignore the Ctrl-C or
+# hang-up the test sends it, and the tests of interruption fail. A handler, unlike SIG_IGN, is reset to the default
+# in a child at exec, so this process still ignores them while its children get the default a user's shell gives.
+for _sig in (signal.SIGINT, signal.SIGHUP):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _ignore)
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (read from /proc)."""
     children: dict[int, list[int]] = {}
