@@ -77,6 +77,9 @@ def resolve_typing(method: str) -> str:
 REMAP_PAUSE_S = 0.05
 """How long a new keycode binding waits before its key is sent, and a bound keycode after its last key before it
 may be rebound (``RemappedTyper``)."""
+REMAP_CLOSE_GRACE_S = 0.5
+"""How long the bindings outlive the last key when the device closes: an app that reads its keys later than this
+(a machine under heavy load) reads them unbound."""
 REMAP_POOL = 24
 """At most this many spare keycodes hold characters at once; at least ``REMAP_LEAVE`` stay free for other tools."""
 REMAP_LEAVE = 2
@@ -92,7 +95,8 @@ class RemappedTyper:
     own; the characters about to be typed are bound together, ``REMAP_PAUSE_S`` passes, and then their keys are
     pressed and released through XTEST. Bindings stay until the device closes (``close``), so a character typed
     again costs nothing; only when every pooled keycode is taken is the least recently used one rebound,
-    ``REMAP_PAUSE_S`` after its last key at the earliest."""
+    ``REMAP_PAUSE_S`` after its last key at the earliest. Characters pressed as single keys (``key é``) take the
+    same way, since ``xdotool key`` unbinds at once too."""
 
     def __init__(self, display: str) -> None:
         from Xlib import display as xdisplay
@@ -178,8 +182,12 @@ class RemappedTyper:
             text = text[ready:]
 
     def close(self) -> None:
-        """Unbind every keycode this typer bound and close its connection."""
+        """Unbind every keycode this typer bound, ``REMAP_CLOSE_GRACE_S`` after the last key at the earliest, and
+        close its connection."""
         try:
+            wait = max(self.last_key.values(), default=0.0) + REMAP_CLOSE_GRACE_S - time.monotonic()
+            if self.bound and wait > 0:
+                time.sleep(wait)
             for code in self.bound.values():
                 self.conn.change_keyboard_mapping(code, [(0, 0)])
             self.conn.sync()
@@ -279,15 +287,19 @@ class Keyboard:
             raise UnsupportedAction(f"the desktop device has no {'+'.join(keys)} key (it is a phone key)")
         from pyautogui import _pyautogui_x11 as x11
 
+        keys = keys if hotkey else keys[:1]
         names = [pyautogui_key(k) for k in keys]
+        if len(keys) == 1 and len(keys[0]) == 1 and not x11.keyboardMapping.get(names[0]):
+            self._remapped().type(keys[0])  # a character without a key: a keycode of its own, as when typing
+            return
         if all(x11.keyboardMapping.get(n) for n in names):
             if hotkey:
                 self.pg.hotkey(*names)
             else:
                 self.pg.press(names[0])
             return
-        # pyautogui silently ignores keys it has no keycode for (any non-ASCII character): xdotool
-        # maps a spare keycode to the keysym instead.
+        # pyautogui silently ignores keys it has no keycode for (a named key outside its table, or a character
+        # held with modifiers): xdotool maps a spare keycode to the keysym instead.
         if not shutil.which("xdotool"):
             missing = [k for k, n in zip(keys, names) if not x11.keyboardMapping.get(n)]
             raise DeviceError(

@@ -401,10 +401,11 @@ def test_typing_unicode(app, xvfb, typing):
         result = await device.act(Action("type", text="你好 wörld ✓", point=centre(20, 100, 300, 30)))
         assert result.detail == f"typed with {typing}"
         await device.act(Action("type", text="第一行\nline 2", point=centre(20, 140, 300, 100)))
+        # while the device is open: the app may read its keys late, and closing gives the keycodes back
+        app.value("entry", "你好 wörld ✓", timeout=10)
+        app.value("text", "第一行\nline 2", timeout=10)
 
     on_device(xvfb, scenario, typing=typing)
-    app.value("entry", "你好 wörld ✓")
-    app.value("text", "第一行\nline 2")
 
 
 def unicode_keycodes(display: str) -> dict[str, int]:
@@ -426,10 +427,10 @@ def test_typed_characters_keep_their_keycodes_until_the_device_closes(app, xvfb)
     while the device is open (a late reader still gets the right character), and the device gives them back."""
     async def scenario(device):
         await device.act(Action("type", text="你好你", point=centre(20, 100, 300, 30)))
+        app.value("entry", "你好你", timeout=10)
         return unicode_keycodes(device.display)
 
     held = on_device(xvfb, scenario, typing="xdotool")
-    app.value("entry", "你好你")
     assert set(held) == {"你", "好"} and held["你"] != held["好"]
     assert unicode_keycodes(xvfb) == {}
 
@@ -442,10 +443,10 @@ def test_typing_more_characters_than_spare_keycodes(app, xvfb, monkeypatch):
 
     async def scenario(device):
         await device.act(Action("type", text="αβγαδε", point=centre(20, 100, 300, 30)))
+        app.value("entry", "αβγαδε", timeout=10)
         return unicode_keycodes(device.display)
 
     held = on_device(xvfb, scenario, typing="xdotool")
-    app.value("entry", "αβγαδε")
     assert set(held) == {"δ", "ε"}  # the last two; α was typed again after γ but before δ and ε
     assert unicode_keycodes(xvfb) == {}
 
@@ -475,10 +476,10 @@ def test_keys_and_hotkeys(app, xvfb):
         await device.act(Action("type", text="one", point=centre(20, 140, 300, 100)))
         await device.act(Action("key", keys=("Enter",)))
         await device.act(Action("type", text="two"))
+        app.value("entry", "Xabcü", timeout=10)
+        app.value("text", "one\ntwo", timeout=10)
 
     on_device(xvfb, scenario)
-    app.value("entry", "Xabcü")
-    app.value("text", "one\ntwo")
 
 
 def test_settle_waits_for_an_animation_and_observe_reuses_its_frame(app, xvfb):
