@@ -29,23 +29,21 @@ def curve_points(rows: Sequence[dict[str, Any]], bins: int = 10) -> list[dict[st
         ci = wilson_interval(wins, len(part))
         out.append({"t_mid": (lo + hi) / 2, "episodes": len(part), "successes": wins,
                     "success_rate": wins / len(part), "ci_low": ci[0], "ci_high": ci[1],
-                    "episodes_total": sum(1 for r in rows if float(r["t"]) < hi)})
+                    "episodes_total": len(rows) if b == bins - 1 else sum(1 for r in rows if float(r["t"]) < hi)})
     return out
 
 
-def plot_online_curve(jsonl: Path, png: Path, bins: int = 10) -> Path | None:
-    """Draw success rate over wall time (with 95% intervals) from ``online.jsonl``."""
-    if not jsonl.is_file():
-        return None
+def plot_online_curve(jsonl: Path, png: Path, bins: int = 10) -> Path:
+    """Draw success rate over wall time (with 95% intervals) from ``online.jsonl``. A run with no finished episode
+    to show (none yet, or only aborted and interrupted ones) still gets its figure, saying so."""
     rows = []
-    for line in jsonl.read_text(encoding="utf-8").splitlines():
+    lines = jsonl.read_text(encoding="utf-8").splitlines() if jsonl.is_file() else []
+    for line in lines:
         try:
             rows.append(json.loads(line))
         except ValueError:
             continue
     points = curve_points(rows, bins)
-    if not points:
-        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,6 +56,9 @@ def plot_online_curve(jsonl: Path, png: Path, bins: int = 10) -> Path | None:
     ax.set_xlabel("wall time (min)")
     ax.set_ylabel("success rate")
     ax.set_ylim(0, 1)
+    if not points:
+        ax.text(0.5, 0.5, "no finished episode to show\n(aborted and interrupted ones are left out)",
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_title(f"online: {len(rows)} episodes")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
