@@ -22,7 +22,9 @@ recording) is compared with the recorded pre-action frame: both are turned gray 
 ``COMPARE_WIDTH`` pixels wide, and the share of pixels whose gray level moved by more than ``PIXEL_DELTA`` is taken
 over the whole frame and inside the step's recorded target box. A step diverged when either share is over its
 tolerance, when the recorded element was not found or now has another accessible name, when the device refused or
-failed the action, or when the replay ended before reaching it.
+failed the action, or when the replay ended before reaching it. A person's pointer rests on the target before a
+click, so a recorded frame often shows it hovered: when the screens differ before a pointer action, the replay rests
+its pointer on the target, looks again, and the closer of the two comparisons counts (the step's note says so).
 """
 
 from __future__ import annotations
@@ -234,12 +236,33 @@ class ReplayPolicy:
                                  "element": element, "note": note}
         try:
             recorded = self.episode.frame(entry.recorded)
-            check["frame_diff"], check["box_diff"] = frame_difference(recorded, _masked(observation),
-                                                                      entry.recorded.target_box)
+            box = entry.recorded.target_box
+            check["frame_diff"], check["box_diff"] = frame_difference(recorded, _masked(observation), box)
+            if check["frame_diff"] > 0 or (check["box_diff"] or 0) > 0:
+                hovered = await self._pointer_on(action)
+                if hovered is not None:
+                    diffs = frame_difference(recorded, _masked(hovered), box)
+                    if (diffs[1] or 0, diffs[0]) < (check["box_diff"] or 0, check["frame_diff"]):
+                        check["frame_diff"], check["box_diff"] = diffs
+                        check["compared"] = "with the pointer on the target"
         except (RecordFormatError, ValueError) as e:
             check["note"] = f"{note}; recorded frame unreadable: {e}".lstrip("; ")
         self.checks[position] = check
         return replace(decision, action=action, info={**decision.info, "replay": check})
+
+    async def _pointer_on(self, action: Action) -> Observation | None:
+        """The screen with the pointer resting on ``action``'s point, or None (no point, no device, or one that
+        cannot hover). A person's pointer rests on a button before the click, so a recorded frame often shows the
+        target hovered, while the replay's own frame shows it as the previous action left the pointer; the screen
+        is compared both ways and the closer one counts."""
+        device = getattr(self.env, "device", None)
+        if action.point is None or action.kind not in POINTED_KINDS or device is None:
+            return None
+        if ActionKind.HOVER not in getattr(device, "supported_actions", ()):
+            return None
+        await device.act(Action(ActionKind.HOVER, point=action.point))
+        await device.settle()
+        return await device.observe()
 
     async def _aim(self, entry: PlannedStep, action: Action) -> tuple[Action, str, str]:
         """(the action to perform, what became of its element, a note). Only the web can look elements up."""
@@ -306,6 +329,8 @@ def _report(entry: PlannedStep, check: dict[str, Any], done: StepRecord | None, 
             tolerances: Tolerances) -> StepReport:
     frame_diff, box_diff = check.get("frame_diff"), check.get("box_diff")
     problems = [check["note"]] if check.get("note") else []
+    if check.get("compared"):
+        problems.append(f"screen compared {check['compared']}")
     diverged = check.get("element") in ("missing", "renamed")
     if done is None:
         diverged, problems = True, [*problems, "its step was not written (the replay was stopped)"]
