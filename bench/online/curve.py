@@ -41,7 +41,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-ENVS = {"a": "bench/shapes-a", "hard": "bench/shapes-hard"}
+ENVS = {"a": "bench/shapes-a", "hard": "bench/shapes-hard", "hard-v1": "bench/shapes-hard"}
 """The learning benchmark's setting -> the environment showing its screens in a browser."""
 
 

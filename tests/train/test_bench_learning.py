@@ -204,8 +204,10 @@ def test_hard_setting_is_what_its_docstring_says():
     cfg = budget_config(None, False, None, "hard")
     assert (cfg.grid, cfg.distractors, cfg.mode, cfg.sft_band, cfg.arms) == (4, 3, "share", (0.10, 0.15),
                                                                               ("aepo", "grpo"))
-    assert (cfg.sft_consecutive, cfg.sft_eval_every, cfg.sft_multi, cfg.sft_multi_points) == (1, 10, 0.5, 4)
+    assert (cfg.sft_consecutive, cfg.sft_eval_every, cfg.sft_multi, cfg.sft_multi_points) == (2, 10, 0.5, 4)
     assert cfg.sft_band[0] > 1 / cfg.grid ** 2  # above chance: a blind guess hits 1 cell in 16
+    first = budget_config(None, False, None, "hard-v1")  # kept for the results it made
+    assert (first.grid, first.sft_band, first.sft_eval_every, first.sft_max_steps) == (4, (0.05, 0.15), 25, 600)
     quick = budget_config(None, True, ["aepo"], "hard")
     assert quick.grid == 4 and quick.rl_steps == 6 and quick.arms == ("aepo",)
     assert budget_config(None, False, None, "a") == BenchConfig()
