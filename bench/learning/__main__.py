@@ -66,7 +66,7 @@ should pay: four shapes on a 4 x 4 grid of 56 px cells (small targets), two dist
 or shape (look-alikes), half of the SFT answers listing all four shapes, target first (answers of several points in
 the policy's support), and SFT stopped after two validation checks in a row with top-1 in [10%, 15%]: above chance
 (1/16 = 6.25%: a policy that ranks the target first more often than a blind guess), below 15%, and not one lucky
-check (at chance, 200 validation screens read 10% or more about once in 70 checks). Validation every 10 steps,
+check (a blind guess scores 10% or more on 200 validation screens with probability 2.6%). Validation every 10 steps,
 since SFT can cross the narrow band between two checks. AEPO against GRPO. ``hard-v1`` is the first version, kept
 so that its results (docs/benchmarks.md) can be reproduced: it stopped in [5%, 15%], whose lower edge is chance."""
 

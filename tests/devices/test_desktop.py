@@ -31,6 +31,7 @@ from devices import Action, DeviceError, DeviceUnavailable, InvalidAction, Point
 from devices.desktop import DesktopConfig, DesktopDevice, MonitorGeometry, list_monitors, screen_map
 from devices.desktop.geometry import scroll_clicks
 from devices.desktop.keyboard import pyautogui_key, xdotool_key
+from tests.support.xvfb import start_xvfb, stop_xvfb
 
 SW, SH = 1024, 768
 
@@ -95,33 +96,17 @@ def _free_display() -> int:
 @pytest.fixture(scope="session")
 def xvfb():
     """A private Xvfb display; the process environment is set for it and restored afterwards."""
-    binary = _need("Xvfb")
     _need("xdotool")
     _need("xclip")
-    number = _free_display()
-    display = f":{number}"
     saved = {k: os.environ.get(k) for k in ("DISPLAY", "XAUTHORITY", "XDG_SESSION_TYPE")}
     tmp = Path(tempfile.mkdtemp(prefix="handeye-xvfb-"))
     (tmp / "xauth").touch()
+    proc, display = start_xvfb(f"{SW}x{SH}")
     os.environ.update(XAUTHORITY=str(tmp / "xauth"), XDG_SESSION_TYPE="x11", DISPLAY=display)
-    proc = subprocess.Popen(
-        [binary, display, "-screen", "0", f"{SW}x{SH}x24", "-nolisten", "tcp"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 10
-    while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"Xvfb {display} did not start: {proc.stderr.read().decode(errors='replace')[-500:]}")
-        time.sleep(0.02)
     try:
         yield display
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_xvfb(proc)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -31,6 +31,7 @@ from devices.desktop.xkeys import ALT, ALT_GR, CONTROL, META, NUM_LOCK, SHIFT, K
 from devices.desktop.xrecord import ServerClock
 from devices.recording import DemoEvent, Recorder
 from tests.devices.test_desktop import SH, SW, app, tk_app, xvfb  # noqa: F401 - fixtures
+from tests.support.xvfb import start_xvfb, stop_xvfb
 
 # -- keys: pure ------------------------------------------------------------------------------------
 
@@ -470,24 +471,15 @@ def test_calls_before_start_are_errors():
 
 def test_a_server_without_record_is_named_with_what_still_works(xvfb, monkeypatch):
     monkeypatch.setenv("DISPLAY", xvfb)  # the recorder points DISPLAY at the display it opens: restore it after
-    number = next(n for n in range(120, 200) if not os.path.exists(f"/tmp/.X11-unix/X{n}")
-                  and not os.path.exists(f"/tmp/.X{n}-lock"))
-    display = f":{number}"
-    proc = subprocess.Popen([shutil.which("Xvfb") or "Xvfb", display, "-screen", "0", "320x240x24", "-nolisten", "tcp",
-                             "-extension", "RECORD"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, display = start_xvfb("320x240", "-extension", "RECORD")
     try:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-            assert proc.poll() is None and time.monotonic() < deadline, "Xvfb -extension RECORD did not start"
-            time.sleep(0.02)
         with pytest.raises(DeviceUnavailable) as info:
             asyncio.run(DesktopRecorder(DesktopConfig(display=display)).start())
         message = str(info.value)
         assert message.startswith(f"recording on {display} needs the X RECORD extension")
         assert "+extension RECORD" in message and "`agent run --device desktop` still works" in message
     finally:
-        proc.terminate()
-        proc.wait(5)
+        stop_xvfb(proc)
 
 
 def test_observe_is_the_screen_now(xvfb, app):

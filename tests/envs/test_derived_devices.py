@@ -245,31 +245,23 @@ def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_pa
     import os
     import subprocess
     import sys
-    import time
 
     from tests.conftest import REPO
-    from tests.devices.test_desktop import _free_display, _need
+    from tests.support.xvfb import start_xvfb, stop_xvfb
 
     task = {"format": "handeye-task/1", "name": "save", "instruction": "Save the document", "device": "desktop",
             "start": {"command": [sys.executable, "-c", EDITOR_APP], "wait_s": 1.5},
             "conditions": [{"kind": "window_title", "value": "Editor - saved", "match": "equals"}]}
     folder = _write(tmp_path / "tasks", "save", task).parent
-    number = _free_display()
-    xvfb = subprocess.Popen([_need("Xvfb"), f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    xvfb, display = start_xvfb("640x480")
     try:
-        env = {**os.environ, "DISPLAY": f":{number}", "HANDEYE_TASKS_DIR": str(folder),
+        env = {**os.environ, "DISPLAY": display, "HANDEYE_TASKS_DIR": str(folder),
                "XAUTHORITY": str(tmp_path / "xauth")}
         (tmp_path / "xauth").touch()
-        deadline = time.monotonic() + 10
-        while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-            assert xvfb.poll() is None and time.monotonic() < deadline, f"Xvfb :{number} did not start"
-            time.sleep(0.02)
         proc = subprocess.run([sys.executable, "-c", DESKTOP_SCENARIO], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=120)
     finally:
-        xvfb.terminate()
-        xvfb.wait(10)
+        stop_xvfb(xvfb)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["first"][0] is False and out["first"][1]["conditions"][0]["actual"] == "Editor"

@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support.xvfb import start_xvfb
 
 SCRIPT = textwrap.dedent("""
     import asyncio
@@ -38,21 +38,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def xvfb(size: str) -> tuple[subprocess.Popen[bytes], str]:
-    for n in range(200, 260):
-        if not os.path.exists(f"/tmp/.X11-unix/X{n}") and not os.path.exists(f"/tmp/.X{n}-lock"):
-            break
-    proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", f"{size}x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 10
-    while not os.path.exists(f"/tmp/.X11-unix/X{n}") and time.monotonic() < end:
-        time.sleep(0.05)
-    return proc, f":{n}"
 
 
 @pytest.mark.parametrize("size, expect", [("1280x800", "OK"), ("1024x768", "run it on a display of that size")])
 def test_desktop_click_conforms_and_a_click_on_the_target_succeeds(size, expect):
-    proc, display = xvfb(size)
+    proc, display = start_xvfb(size)
     try:
         out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=240,
                              env={**os.environ, "DISPLAY": display, "XDG_SESSION_TYPE": "x11"})

@@ -24,6 +24,7 @@ from typing import Any
 from agent.fleet.keys import KEY_ENV
 from tests.conftest import REPO
 from tests.support.mosquitto import Mosquitto
+from tests.support.xvfb import start_xvfb
 
 TINY = ['model.path="tiny"', "data.think=false", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=32",
         "log.tensorboard=false", "eval.every=0", "data.seeds=20", 'model.lora_targets=["q_proj", "v_proj"]',
@@ -85,14 +86,9 @@ class Fleet:
         return server
 
     def xvfb(self, size: str = "1280x800") -> str:
-        for n in range(140, 200):
-            if not os.path.exists(f"/tmp/.X11-unix/X{n}") and not os.path.exists(f"/tmp/.X{n}-lock"):
-                break
-        proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", f"{size}x24", "-nolisten", "tcp"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, display = start_xvfb(size)
         self.xvfbs.append(proc)
-        wait_for(lambda: os.path.exists(f"/tmp/.X11-unix/X{n}"), 10, "Xvfb to start")
-        return f":{n}"
+        return display
 
     def log(self, name: str) -> str:
         path = self.folder / name
