@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.online.curve import ENVS
+
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument("--out", type=Path, default=REPO / "bench/results/online_throughput.json")
     cv = sub.add_parser("curve", help="online AEPO against offline AEPO from the learning benchmark's SFT checkpoint")
     cv.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    cv.add_argument("--setting", choices=["a", "hard", "hard-v1"], default="a", help="the learning benchmark's setting")
+    cv.add_argument("--setting", choices=sorted(ENVS), default="a", help="the learning benchmark's setting")
     cv.add_argument("--updates", type=int, default=120, help="updates per arm (x 64 trained samples)")
     cv.add_argument("--arms", nargs="+", choices=["offline", "online"], default=["offline", "online"])
     cv.add_argument("--devices", type=int, default=2, help="browser actors of the online arm")
