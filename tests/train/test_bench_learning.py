@@ -251,3 +251,44 @@ def test_sft_stops_in_the_band_or_falls_back_to_its_latest_in_band_checkpoint(mo
     assert (out["stop"], out["steps"], out["val_accuracy"]) == (stop, steps, val)
     assert Backend.model.weight.item() == steps
     assert [c["val_accuracy"] for c in out["curve"]] == accuracies[:len(out["curve"])]
+
+
+def test_probe_floor_is_the_loss_of_a_blind_guess_hand_worked():
+    from bench.learning.probe import format_floor
+    from policy.tiny import byte_level_tokenizer
+
+    tok = byte_level_tokenizer()
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    short, long = '[{"point_2d": [28, 84]}]', '[{"point_2d": [140, 196]}]'  # 24 and 26 bytes
+    assert (len(short), len(long)) == (24, 26)
+    # 16 cells: ln 16 = 2.7726 nats per answer over 25 (24 + end-of-turn) tokens
+    assert format_floor(tok, 4, [short], end) == pytest.approx(math.log(16) / 25)
+    # mean length (25 + 27) / 2 = 26 tokens; 4 cells: ln 4 / 26
+    assert format_floor(tok, 2, [short, long], end) == pytest.approx(math.log(4) / 26)
+    assert format_floor(tok, 4, [short]) == pytest.approx(math.log(16) / 24)  # no end-of-turn counted
+    with pytest.raises(ValueError, match="at least one answer"):
+        format_floor(tok, 4, [])
+
+
+def test_larger_probe_model_is_larger_and_an_unknown_size_is_refused(tmp_path):
+    from bench.learning.model import LARGER, SIZES, build_model
+
+    assert LARGER["4m"]["text"]["hidden_size"] == 2 * SIZES["text"]["hidden_size"]
+    with pytest.raises(ValueError, match=r"size must be one of \['1m', '4m'\], got '9m'"):
+        build_model(tmp_path / "m", 0, "9m")
+
+
+def test_probe_runs_sft_without_a_band_stop_and_writes_its_curve(tmp_path, capsys):
+    from bench.learning.probe import main
+
+    assert main(["--setting", "hard", "--mode", "differ", "--sft-multi", "0", "--steps", "2", "--eval-every", "1",
+                 "--out", str(tmp_path), "--name", "p"]) == 0
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert [p["step"] for p in result["curve"]] == [1, 2]  # no stop at the band, none before --steps
+    assert result["size"] == "1m" and 500_000 < result["parameters"] < 2_000_000
+    # grid 4: ln 16 over 25-27 tokens per single-point answer
+    assert math.log(16) / 27 <= result["format_floor"] <= math.log(16) / 25
+    assert result["config"]["grid"] == 4 and result["config"]["mode"] == "differ"
+    assert "| 2 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--size", "4m", "--init", str(tmp_path)])
