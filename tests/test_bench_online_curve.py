@@ -55,3 +55,24 @@ def test_merge_joins_seeds_and_refuses_mismatches(tmp_path):
         curve.merge([a, c])
     with pytest.raises(SystemExit, match="twice"):
         curve.merge([a, a])
+
+
+def test_lora_flags_reach_the_online_config_and_are_refused_without_lora(tmp_path, capsys):
+    from bench.learning.__main__ import budget_config
+    from bench.online.__main__ import main
+
+    cfg = budget_config(None, False, ["aepo"], "a")
+    default = curve.online_config(tmp_path, 0, cfg, tmp_path / "run", "lora")
+    assert (default.model.lora_rank, default.model.lora_alpha) == (8, 16)
+    assert tuple(default.model.lora_targets) == ("q_proj", "k_proj", "v_proj", "o_proj")
+    wide = curve.online_config(tmp_path, 0, cfg, tmp_path / "run", "lora",
+                               lora_spec={"rank": 32, "alpha": 64, "targets": ["q_proj", "gate_proj"]})
+    assert (wide.model.lora_rank, wide.model.lora_alpha, tuple(wide.model.lora_targets)) == (
+        32, 64, ("q_proj", "gate_proj"))
+    assert curve.online_config(tmp_path, 0, cfg, tmp_path / "run", "full").model.finetune == "full"
+    for argv, said in ((["--lora-rank", "16"], "--lora-rank needs --finetune lora"),
+                       (["--finetune", "lora", "--lora-rank", "0"], "must be >= 1, got 0 and 0"),
+                       (["--lr", "2"], "--lr must be in (0, 1), got 2.0")):
+        with pytest.raises(SystemExit):
+            main(["curve", "--out", str(tmp_path / "x.json"), *argv])
+        assert said in capsys.readouterr().err

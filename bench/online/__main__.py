@@ -30,6 +30,25 @@ def _machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
+def _lora_spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:
+    """The online arm's adapter from ``--lora-*`` (``None`` for full fine-tuning); a flag without
+    ``--finetune lora``, a rank or alpha below 1, a bad learning rate: a usage error saying so."""
+    given = [f for f in ("lora_rank", "lora_alpha", "lora_targets") if getattr(args, f) is not None]
+    if args.lr is not None and not (0 < args.lr < 1):
+        parser.error(f"--lr must be in (0, 1), got {args.lr}")
+    if args.finetune != "lora":
+        if given:
+            parser.error(f"--{given[0].replace('_', '-')} needs --finetune lora")
+        return None
+    from bench.online.curve import LORA_DEFAULT
+
+    rank = LORA_DEFAULT["rank"] if args.lora_rank is None else args.lora_rank
+    alpha = 2 * rank if args.lora_alpha is None else args.lora_alpha
+    if rank < 1 or alpha < 1:
+        parser.error(f"--lora-rank and --lora-alpha must be >= 1, got {rank} and {alpha}")
+    return {"rank": rank, "alpha": alpha, "targets": list(args.lora_targets or LORA_DEFAULT["targets"])}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.online")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -45,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--arms", nargs="+", choices=["offline", "online"], default=["offline", "online"])
     cv.add_argument("--devices", type=int, default=2, help="browser actors of the online arm")
     cv.add_argument("--finetune", choices=["full", "lora"], default="full")
+    cv.add_argument("--lr", type=float, help="RL learning rate of both arms (default: the learning benchmark's, 1e-4)")
+    cv.add_argument("--lora-rank", type=int, help="--finetune lora: the adapter's rank (default 8)")
+    cv.add_argument("--lora-alpha", type=int, help="--finetune lora: its alpha (default 2 x rank)")
+    cv.add_argument("--lora-targets", nargs="+", metavar="MODULE",
+                    help="--finetune lora: module names it wraps (default q_proj k_proj v_proj o_proj)")
     cv.add_argument("--algo", choices=["aepo", "grpo"], default="aepo",
                     help="both arms' algorithm: offline, bench.learning's arm of that name (GRPO with single answers "
                          "and GUI-R1's 0.2 format + 0.8 hit); online, the same update on the step verifier's reward")
@@ -56,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     cv.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                     help="combine runs made side by side (one seed each) into --out; runs nothing")
     args = parser.parse_args(argv)
+    if args.what == "curve":
+        args.lora = _lora_spec(parser, args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for noisy in ("httpx", "matplotlib", "PIL", "train.monitors", "agent.eval", "train.checkpoint",
                   "train.adapters", "policy.backends.hf", "train.trainer", "agent.online.versions"):

@@ -65,10 +65,17 @@ def offline_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, algo:
     return {**rl_arm(algo, seed, cfg, backend, sft_correct, val, test), "updates": cfg.rl_steps}
 
 
-def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str, algo: str = "aepo") -> Any:
+LORA_DEFAULT = {"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+"""The online arm's adapter with ``--finetune lora`` and no ``--lora-*`` flags (``ModelConfig``'s defaults)."""
+
+
+def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str, algo: str = "aepo",
+                  lora_spec: dict[str, Any] | None = None) -> Any:
     from agent.config import load_train_config
 
-    lora = ['model.lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"]'] if finetune == "lora" else []
+    spec = {**LORA_DEFAULT, **(lora_spec or {})}
+    lora = [f"model.lora_rank={int(spec['rank'])}", f"model.lora_alpha={int(spec['alpha'])}",
+            f"model.lora_targets={json.dumps(list(spec['targets']))}"] if finetune == "lora" else []
     return load_train_config(None, [
         f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
         'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
@@ -80,7 +87,7 @@ def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str
 
 
 def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env: str, devices: int, work: Path,
-               finetune: str, algo: str = "aepo") -> dict[str, Any]:
+               finetune: str, algo: str = "aepo", lora_spec: dict[str, Any] | None = None) -> dict[str, Any]:
     import bench.online.shapes  # noqa: F401 - registers bench/shapes*
     from agent.online import OnlineConfig, OnlineSession, curve_points
     from bench.learning.run import evaluate, held_out, paired_bootstrap
@@ -90,7 +97,7 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
 
     run_dir = work / f"online-seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune, algo),
+    session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune, algo, lora_spec),
                             OnlineConfig(env=env, devices=devices, group_level="step", torch_threads=1,
                                          progress_every_s=60, report=False))
     t0 = time.perf_counter()
@@ -145,7 +152,8 @@ def run_seed(seed: int, args: Any, cfg: Any, work: Path, done: dict[str, Any] | 
         out["offline"] = offline_arm(model, seed, cfg, sft_correct, args.algo)
     if "online" in args.arms:
         out["online"] = online_arm(model, seed, cfg, sft_correct, env=ENVS[args.setting], devices=args.devices,
-                                   work=work, finetune=args.finetune, algo=args.algo)
+                                   work=work, finetune=args.finetune, algo=args.algo,
+                                   lora_spec=getattr(args, "lora", None))
     if "offline" in out and "online" in out:
         off, on = out["offline"]["delta_vs_sft"], out["online"]["delta_vs_sft"]
         out["online_over_offline"] = on / off if off > 0 else math.nan
@@ -205,7 +213,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """One result from runs made side by side (one seed each): their settings must be equal; a seed in two runs
     is refused."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    keys = ("setting", "config", "devices", "finetune", "algo")
+    keys = ("setting", "config", "devices", "finetune", "algo", "lora")
     for path, run in zip(paths[1:], runs[1:]):
         diff = [k for k in keys if run.get(k) != runs[0].get(k)]
         if diff:
@@ -215,7 +223,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     if len(set(numbers)) != len(numbers):
         raise SystemExit(f"--merge: a seed appears twice: {sorted(numbers)}")
     seeds.sort(key=lambda s: s["seed"])
-    return {**{k: runs[0][k] for k in keys}, "seeds": seeds, "summary": summary(seeds), "table": table(seeds),
+    return {**{k: runs[0][k] for k in keys if k in runs[0]}, "seeds": seeds, "summary": summary(seeds), "table": table(seeds),
             "merged_from": [str(p) for p in paths]}
 
 
@@ -238,18 +246,22 @@ def main(args: Any, work: Path) -> dict[str, Any]:
     """Every seed in turn; ``args.out`` is rewritten after each, so a stopped run keeps what finished."""
     work.mkdir(parents=True, exist_ok=True)
     cfg = bench_config(args.setting, args.updates, args.quick)
+    if getattr(args, "lr", None):
+        cfg = replace(cfg, rl_lr=args.lr)
     data: dict[str, Any] = {"setting": args.setting, "config": {k: getattr(cfg, k) for k in (
         "rl_steps", "rl_lr", "rl_warmup", "prompts_per_step", "group_size", "max_new_tokens", "test_size",
         "grid", "distractors", "mode", "sft_max_steps", "sft_max_minutes")}, "devices": args.devices,
         "finetune": args.finetune, "algo": args.algo, "seeds": []}
+    if getattr(args, "lora", None):
+        data["lora"] = args.lora
     earlier: dict[int, dict[str, Any]] = {}
     if args.out.exists():  # arms of an earlier run with the same config are kept, other seeds carried over
         try:
             old = json.loads(args.out.read_text())
         except ValueError:
             old = {}
-        keys = ("setting", "config", "devices", "finetune", "algo")
-        if {k: old.get(k) for k in keys} == {k: json.loads(json.dumps(data[k])) for k in keys}:
+        keys = ("setting", "config", "devices", "finetune", "algo", "lora")
+        if {k: old.get(k) for k in keys} == {k: json.loads(json.dumps(data.get(k))) for k in keys}:
             earlier = {s["seed"]: s for s in old.get("seeds", [])}
     for seed in sorted(set(args.seeds) | set(earlier)):
         if seed not in args.seeds:
