@@ -31,7 +31,7 @@ from agent.fleet.mqtt import MqttTransport
 from agent.fleet.settings import BrokerConfig, check_actor_name
 from agent.fleet.spool import Spool
 from agent.fleet.versions import fetch_version
-from agent.online.actors import OnlineActor
+from agent.online.actors import OnlineActor, step_rule
 from agent.online.context import ActorContext, ActorSettings, Counters
 from agent.online.settings import DEVICE_KINDS
 from agent.online.tasks import Jobs, TaskSampler
@@ -165,7 +165,7 @@ class FleetActor:
         session_id = f"{o.name}-{int(time.time()):x}"
         settings = ActorSettings(env=o.env, device_kind=o.device, serials=(o.serial,) if o.serial else (),
                                  max_steps=o.max_steps, group_level=o.group_level, group_size=cfg.rl.group_size,
-                                 max_restarts=o.max_restarts, session_id=session_id)
+                                 max_restarts=o.max_restarts, session_id=session_id, reward=step_rule(cfg.data.reward))
         seed = cfg.train.seed * 1_000_003 + zlib.crc32(o.name.encode())  # each actor its own order of the seeds
         jobs = Jobs(TaskSampler(o.env, cfg.data.seeds, seed), None, level=o.group_level, n=cfg.rl.group_size,
                     batch=1, prefix=f"{session_id}/")

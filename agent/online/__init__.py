@@ -18,8 +18,9 @@ Groups (``group_level``):
 
 - ``step``: the policy samples ``rl.group_size`` answers for each screen; the environment's step verifier checks
   every action of every answer, which gives each answer AEPO's released reward (``step_reward``: -1 when it does
-  not parse, 1 + 1/sqrt(N k) when its k-th of N actions is the first right one, 1 - 1/N when none is); the first
-  answer that parses is executed; the answers form one group.
+  not parse, 1 + 1/sqrt(N k) when its k-th of N actions is the first right one, 1 - 1/N when none is), or with
+  ``data.reward`` guir1, GUI-R1's (0.2 x one action + 0.8 x the first action right); the first answer that parses
+  is executed; the answers form one group.
 - ``episode``: ``rl.group_size`` episodes of the same task seed, one answer per step; every step of an episode is a
   sample with the episode's checker reward (``origin["episode"]``), and the group is every step of those episodes:
   the learner gives each episode one advantage, shared by its steps.

@@ -29,14 +29,42 @@ from train.samples import TrainSample
 log = logging.getLogger(__name__)
 
 
-def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False) -> tuple[float, dict[str, float]]:
+STEP_RULES = {"aepo": "aepo", "aepo_paper": "aepo", "guir1": "guir1", "guir1_paper": "guir1"}
+"""``data.reward`` -> the rule the online step reward follows (``step_reward``). The offline rewards of those names
+compare the answer with a ground-truth box; online, the environment's step verifier says which actions are right,
+and each rule keeps its reward's weighting of that verdict. ``distance`` (partial credit by distance to a box) has
+no online form: a verifier says right or wrong, not how far."""
+
+
+def step_rule(reward: str) -> str:
+    """The online step reward's rule for ``data.reward`` (``STEP_RULES``); an ``OnlineError`` saying which names
+    work when it has none."""
+    try:
+        return STEP_RULES[reward]
+    except KeyError:
+        raise OnlineError(f"data.reward={reward!r} cannot score online answers: the step verifier says whether each "
+                          f"action is right, not how far it is from a box; use one of {', '.join(STEP_RULES)} "
+                          f"(aepo: AEPO's multi-answer reward, guir1: GUI-R1's single-answer reward)") from None
+
+
+def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False,
+                rule: str = "aepo") -> tuple[float, dict[str, float]]:
     """(reward, parts) of one answer from the step verifier's verdicts on its actions, in order.
 
-    AEPO's released reward (docs/algorithms.md, "The online step reward") with the environment's verifier in place of
-    the box test: an answer that does not parse scores -1; N actions (points) of which the first correct one is the k-th
-    score 1 + 1/sqrt(N k); none correct, 1 - 1/N; three collinear points, -1. With one action per answer (the
-    other families) that is 2 for a right action, 0 for a wrong one and -1 for no parsable answer.
-    ``parts["correct"]`` is 1 when some action is right (what the curriculum and the filters count)."""
+    ``rule="aepo"``: AEPO's released reward (docs/algorithms.md, "The online step reward") with the environment's
+    verifier in place of the box test: an answer that does not parse scores -1; N actions (points) of which the first
+    correct one is the k-th score 1 + 1/sqrt(N k); none correct, 1 - 1/N; three collinear points, -1. With one
+    action per answer (the other families) that is 2 for a right action, 0 for a wrong one and -1 for no parsable
+    answer. ``parts["correct"]`` is 1 when some action is right (what the curriculum and the filters count).
+
+    ``rule="guir1"``: GUI-R1's released weighting, 0.2 x format + 0.8 x accuracy, each 0 or 1: format is an answer
+    that parses and holds exactly one action (GUI-R1 answers one action a step), accuracy is its first action being
+    right. A right single answer scores 1, a right first point of a longer list 0.8, a wrong single answer 0.2, an
+    answer that does not parse 0. ``parts["correct"]`` is the accuracy (the first action is the one executed)."""
+    if rule == "guir1":
+        return _guir1_step(hits)
+    if rule != "aepo":
+        raise ValueError(f"rule must be 'aepo' or 'guir1', got {rule!r}")
     if hits is None:
         return -1.0, {"format": 0.0, "accuracy": -1.0, "correct": 0.0, "answers": 0.0}
     n = len(hits)
@@ -45,6 +73,13 @@ def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False) -> tupl
     k = next((i + 1 for i, h in enumerate(hits) if h), None)
     accuracy = 1.0 / math.sqrt(n * k) if k else -1.0 / n
     return 1.0 + accuracy, {"format": 1.0, "accuracy": accuracy, "correct": 1.0 if k else 0.0, "answers": float(n)}
+
+
+def _guir1_step(hits: Sequence[bool] | None) -> tuple[float, dict[str, float]]:
+    n = 0 if hits is None else len(hits)
+    fmt = 1.0 if n == 1 else 0.0
+    accuracy = 1.0 if n and hits[0] else 0.0
+    return 0.2 * fmt + 0.8 * accuracy, {"format": fmt, "accuracy": accuracy, "correct": accuracy, "answers": float(n)}
 
 
 def cut_off(sample: Any) -> bool:
@@ -132,9 +167,9 @@ class ActorPolicy:
 
     async def _score(self, generation: Any, space: Any, history: Sequence[HistoryEntry]
                      ) -> list[tuple[float, dict[str, float]]]:
-        """Each answer's reward from the step verifier (``step_reward``); every action of every answer is checked in
-        one ``env.verify`` call. An answer cut off at ``rl.max_new_tokens`` scores as one that does not parse (see
-        ``cut_off``)."""
+        """Each answer's reward from the step verifier (``step_reward``, by the session's rule); every action of every
+        answer is checked in one ``env.verify`` call. An answer cut off at ``rl.max_new_tokens`` scores as one that
+        does not parse (see ``cut_off``)."""
         ctx = self.ctx
         fmt, preset = ctx.policy.format, ctx.policy.preset
         answers: list[Any] = []
@@ -156,10 +191,10 @@ class ActorPolicy:
         out = []
         for p in answers:
             if p is None:
-                out.append(step_reward(None))
+                out.append(step_reward(None, rule=ctx.settings.reward))
                 continue
             hits = [bool(v is not None and v.correct) for _, v in zip(p.actions, verdicts)]
-            out.append(step_reward(hits, collinear=is_collinear(p.model_points)))
+            out.append(step_reward(hits, collinear=is_collinear(p.model_points), rule=ctx.settings.reward))
         return out
 
     def _sample(self, messages: list[dict[str, Any]], image: Any, frame_size: tuple[int, int],

@@ -57,6 +57,8 @@ class ActorSettings:
     """Device failures in a row before the actor is dropped."""
     session_id: str
     """Prefix of every sample and episode id of this session."""
+    reward: str = "aepo"
+    """The online step reward's rule (``agent.online.actors.step_rule`` of ``data.reward``): aepo or guir1."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ groups (n episodes of one seed) get the whole recording as one more episode (``o
 "demo:<run>/<episode>"``). The sample's prompt is built from the recorded frame and history exactly as an actor's
 (``train.data.build_prompt``), its response is the recorded action in the family's answer format
 (``train.data.answers``) followed by the end-of-turn token, and its reward is what a right answer gets:
-``DEMO_STEP_REWARD`` (AEPO's step reward of a single right action, 1 + 1/sqrt(1·1)) at step level,
+the step reward of a single right action at step level (``DEMO_STEP_REWARD``, 1 + 1/sqrt(1·1), under AEPO's; 1
+under GUI-R1's),
 ``DEMO_EPISODE_REWARD`` (a checker's success) at episode level, with the reward part ``correct`` = 1. It counts as
 one answer of its group (one episode unit at episode level) and, like every sample, weighs by its share of the
 batch's tokens.
@@ -56,7 +57,8 @@ from train.samples import TrainSample
 log = logging.getLogger(__name__)
 
 DEMO_STEP_REWARD = 2.0
-"""Reward of a demonstration's step at step level: AEPO's step reward of one right action (``step_reward``)."""
+"""Reward of a demonstration's step at step level under AEPO's step reward: one right action (``step_reward``); a
+session on GUI-R1's gives 1 instead (``session_replay``'s ``right``)."""
 DEMO_EPISODE_REWARD = 1.0
 """Reward of a demonstration at episode level: what a task checker gives a success."""
 EMA = 0.3
@@ -97,10 +99,12 @@ class DemoReplay:
     """Recorded successes per task, and the running success that says when to mix them in (module docstring)."""
 
     def __init__(self, source: Any, episodes: dict[str, set[str]], *, tokenize: Callable[[str], list[int]],
-                 share: float, below: float = 0.5, hard: Callable[[str], bool] | None = None) -> None:
+                 share: float, below: float = 0.5, hard: Callable[[str], bool] | None = None,
+                 step_reward: float = DEMO_STEP_REWARD) -> None:
         """``source``: a ``TrajectorySource(..., sft=True)`` of the recordings; ``episodes``: ``<run>/<episode>`` ->
-        the task ids it matches (``task_keys``)."""
+        the task ids it matches (``task_keys``); ``step_reward``: a demonstrated step's reward at step level."""
         self.source, self.tokenize, self.share, self.below, self.hard = source, tokenize, share, below, hard
+        self.step_reward = step_reward
         by_episode: dict[str, dict[int, int]] = {}
         for i in range(len(source)):
             run, episode, step = source.item_id(i).rsplit("/", 2)
@@ -116,7 +120,8 @@ class DemoReplay:
 
     @classmethod
     def load(cls, folder: str | Path, *, env: str, preset: Any, tokenize: Callable[[str], list[int]], share: float,
-             below: float = 0.5, hard: Callable[[str], bool] | None = None) -> DemoReplay:
+             below: float = 0.5, hard: Callable[[str], bool] | None = None,
+             step_reward: float = DEMO_STEP_REWARD) -> DemoReplay:
         """The recordings in ``folder`` (a run folder or a folder of them) for the session's environment ``env``;
         a warning when none of them is of it."""
         from train.data import TrajectorySource
@@ -127,7 +132,7 @@ class DemoReplay:
             p for p in folder.iterdir() if (p / "run.json").is_file())
         episodes = {f"{e.record.run_id}/{e.record.episode_id}": task_keys(e.record.env)
                     for run in runs for e in iter_episodes(run)}
-        replay = cls(source, episodes, tokenize=tokenize, share=share, below=below, hard=hard)
+        replay = cls(source, episodes, tokenize=tokenize, share=share, below=below, hard=hard, step_reward=step_reward)
         mine = [t for t in replay.recordings if t == env or t.rpartition(":")[0] == env]
         if not mine:
             log.warning("none of the %d recordings in %s is of %s (their episode records name %s): online.demo_share "
@@ -181,7 +186,7 @@ class DemoReplay:
                 added = [self._sample(rec, i, first, DEMO_EPISODE_REWARD, episode=f"demo:{rec.key}")
                          for _, i in sorted(rec.steps.items())]
             elif int(first.get("step", -1)) in rec.steps:
-                added = [self._sample(rec, rec.steps[int(first["step"])], first, DEMO_STEP_REWARD)]
+                added = [self._sample(rec, rec.steps[int(first["step"])], first, self.step_reward)]
             else:
                 continue
             return group + [s for s in added if s is not None]
@@ -213,12 +218,14 @@ class DemoReplay:
                            adapter_version=None, origin=origin, id=f"demo/{prompt.origin.get('id')}/{next(self._ids)}")
 
 
-def session_replay(online: Any, backend: Any, curriculum: Any = None) -> DemoReplay | None:
+def session_replay(online: Any, backend: Any, curriculum: Any = None,
+                   right: float = DEMO_STEP_REWARD) -> DemoReplay | None:
     """The success replay an online session's settings ask for (None when ``online.demo_share`` is 0): the
     recordings in ``online.demos`` built with the learner backend's preset and tokenizer, the curriculum's hard
-    queue counting as failing."""
+    queue counting as failing; ``right``: a demonstrated step's reward at step level, what a right single answer
+    gets under the session's step reward (2 under AEPO's, 1 under GUI-R1's)."""
     if not online.demo_share:
         return None
     hard = (lambda task: task in curriculum.hard) if curriculum is not None else None
     return DemoReplay.load(online.demos, env=online.env, preset=backend.preset, tokenize=tokens_of(backend.tokenizer),
-                           share=online.demo_share, below=online.demo_below, hard=hard)
+                           share=online.demo_share, below=online.demo_below, hard=hard, step_reward=right)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.online.actors import OnlineActor
+from agent.online.actors import OnlineActor, step_reward, step_rule
 from agent.online.batcher import Batcher
 from agent.online.context import ActorContext, ActorSettings, Counters, LearnerContext
 from agent.online.curve import plot_online_curve
@@ -52,6 +52,7 @@ class OnlineSession:
                  logits_processor_factory: Callable[[Any], Any] | None = None) -> None:
         if config.train.stage != "rl":
             raise OnlineError(f"online sessions train with RL; train.stage is {config.train.stage!r}: set it to rl")
+        self.step_rule = step_rule(config.data.reward)  # data.reward without an online form: refused before anything
         from envs.registry import spec
 
         try:
@@ -190,7 +191,8 @@ class OnlineSession:
         self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks, reward_fn=lambda p, t: 0.0)
         if self.trainer.curriculum is not None:
             self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
-        self.demos = session_replay(online, learner_backend, self.trainer.curriculum)  # None unless demo_share
+        self.demos = session_replay(online, learner_backend, self.trainer.curriculum,  # None unless demo_share
+                                    right=step_reward([True], rule=self.step_rule)[0])
         if not online.remote_actors:
             # The actors' model: the same base weights, no adapter until the learner's first version arrives.
             self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))
@@ -217,7 +219,7 @@ class OnlineSession:
         settings = ActorSettings(env=o.env, device_kind=o.device_kind, serials=tuple(o.serials),
                                  max_steps=o.max_steps, group_level=o.group_level,
                                  group_size=self.config.rl.group_size, max_restarts=o.max_restarts,
-                                 session_id=self.session_id)
+                                 session_id=self.session_id, reward=self.step_rule)
         return ActorContext(
             settings=settings, run=self.run_writer, jobs=self.jobs, policy=self.model_policy, follower=self.follower,
             versions=self.clock, transport=self.transport, generate=self.generate, wait_for_room=self.wait_for_room,

@@ -65,6 +65,10 @@ def offline_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, algo:
     return {**rl_arm(algo, seed, cfg, backend, sft_correct, val, test), "updates": cfg.rl_steps}
 
 
+ONLINE_REWARD = {"aepo": "aepo", "grpo": "guir1"}
+"""The online arm's step reward per algorithm, as the offline arm of that name scores: AEPO's multi-answer reward,
+or GUI-R1's single-answer weighting (0.2 x one point + 0.8 x the first point right; ``bench.learning.rewards``)."""
+
 LORA_DEFAULT = {"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 """The online arm's adapter with ``--finetune lora`` and no ``--lora-*`` flags (``ModelConfig``'s defaults)."""
 
@@ -79,7 +83,7 @@ def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str
     return load_train_config(None, [
         f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
         'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
-        f'train.algo="{algo}"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
+        f'train.algo="{algo}"', f'data.reward="{ONLINE_REWARD[algo]}"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
         f"rl.lr={cfg.rl_lr}", f"rl.warmup_steps={cfg.rl_warmup}", f"rl.group_size={cfg.group_size}",
         f"rl.batch_prompts={cfg.prompts_per_step}", f"rl.max_new_tokens={cfg.max_new_tokens}",
         "filter.drop_all_correct=false", "checkpoint.every=0", "log.tensorboard=false", "eval.every=0",

@@ -334,9 +334,10 @@ def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_mod
     assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines
 
 
-def score_infigui_answers(samples) -> list[tuple[float, dict]]:
+def score_infigui_answers(samples, rule: str = "aepo", left_is_right: bool = False) -> list[tuple[float, dict]]:
     """The online step reward of ``samples`` (InfiGUI-G1 no_think answers to a 224 px screen) through
-    ``ActorPolicy._score``, with a step verifier that finds every action wrong."""
+    ``ActorPolicy._score`` under the session's ``rule``, with a step verifier that finds every action wrong, or with
+    ``left_is_right`` every action in the screen's left half right."""
     from types import SimpleNamespace
 
     from agent.online.actors import ActorPolicy
@@ -347,13 +348,13 @@ def score_infigui_answers(samples) -> list[tuple[float, dict]]:
 
     class Env:
         async def verify(self, actions):
-            return [StepVerdict(False, 0.0, "not on the target") for _ in actions]
+            return [StepVerdict(ok, float(ok), "") for ok in (left_is_right and a.point.x < 0.5 for a in actions)]
 
     preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
     policy = object.__new__(ActorPolicy)
     policy.env = Env()
     policy.ctx = SimpleNamespace(policy=SimpleNamespace(format=InfiGuiG1Format(), preset=preset),
-                                 settings=SimpleNamespace(env="test"), fatal=None)
+                                 settings=SimpleNamespace(env="test", reward=rule), fatal=None)
     return asyncio.run(policy._score(Generation(tuple(samples)), preset.space((224, 224)), ()))
 
 
@@ -384,3 +385,40 @@ def test_a_malformed_infigui_answer_scores_minus_one_though_the_run_time_parser_
     assert well_formed(broken, preset_for("tiny-qwen", "gui-r1"))  # other families: their parser decides
     rewards = score_infigui_answers([Sample(text=t, finish_reason="stop") for t in (broken, fine)])
     assert [r for r, _ in rewards] == [-1.0, 0.0]
+
+
+def test_the_guir1_step_reward_is_gui_r1s_weighting_of_the_verifiers_verdict():
+    """data.reward guir1 online: 0.2 x format (one action) + 0.8 x the first action right, worked by hand, against
+    AEPO's reward of the same answers through the actor's scoring."""
+    from agent.online import step_reward
+    from agent.online.actors import step_rule
+    from policy.backends.base import Sample
+
+    assert step_reward(None, rule="guir1") == (0.0, {"format": 0.0, "accuracy": 0.0, "correct": 0.0, "answers": 0.0})
+    assert step_reward([True], rule="guir1") == (1.0, {"format": 1.0, "accuracy": 1.0, "correct": 1.0, "answers": 1.0})
+    assert step_reward([False], rule="guir1")[0] == pytest.approx(0.2)
+    assert step_reward([True, False], rule="guir1")[0] == pytest.approx(0.8)  # right first point, not one action
+    assert step_reward([False, True], rule="guir1") == (0.0, {"format": 0.0, "accuracy": 0.0, "correct": 0.0,
+                                                               "answers": 2.0})
+    assert step_reward([], rule="guir1")[0] == 0.0
+    with pytest.raises(ValueError, match="rule must be"):
+        step_reward([True], rule="distance")
+    assert [step_rule(r) for r in ("aepo", "aepo_paper", "guir1", "guir1_paper")] == ["aepo", "aepo", "guir1", "guir1"]
+    with pytest.raises(OnlineError, match="data.reward='distance' cannot score online answers"):
+        step_rule("distance")
+
+    left, right = '{"point_2d": [14, 14]}', '{"point_2d": [200, 14]}'
+    texts = [f"[{left}]", f"[{right}]", f"[{left}, {right}]", f"[{right}, {left}]", f"[{left}, {{"]
+    samples = [Sample(text=t, finish_reason="stop") for t in texts] + [Sample(text=f"[{left}]", finish_reason="length")]
+    guir1 = [r for r, _ in score_infigui_answers(samples, "guir1", left_is_right=True)]
+    assert guir1 == pytest.approx([1.0, 0.2, 0.8, 0.0, 0.0, 0.0])
+    aepo = [r for r, _ in score_infigui_answers(samples, "aepo", left_is_right=True)]
+    assert aepo == pytest.approx([2.0, 0.0, 1 + 1 / 2 ** 0.5, 1.5, -1.0, -1.0])  # 1 + 1/sqrt(N k)
+
+
+def test_a_reward_without_an_online_form_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(OnlineError, match="use one of aepo, aepo_paper, guir1, guir1_paper"):
+        OnlineSession(config(tmp_path / "run", 'data.reward="distance"'), online())
+    assert not (tmp_path / "run").exists()
+    session = OnlineSession(config(tmp_path / "ok", 'data.reward="guir1"'), online())
+    assert session.step_rule == "guir1"

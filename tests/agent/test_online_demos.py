@@ -175,6 +175,10 @@ def test_a_session_builds_its_replay_from_its_settings(demos):
                         SimpleNamespace(hard={TASK: 1}))
     assert on is not None and on.hard(TASK) and not on.hard("generated/click:9")
     assert on.mix(answers(correct=1.0), room=True)[-1].response_ids == (1, 2, 5)  # hard: replayed, end-of-turn last
+    assert on.mix(answers(correct=1.0), room=True)[-1].reward == DEMO_STEP_REWARD  # AEPO's 1 + 1/sqrt(1 x 1) = 2
+    guir1 = session_replay(OnlineConfig(env="generated/click", demos=str(demos), demo_share=0.5), backend,
+                           SimpleNamespace(hard={TASK: 1}), right=1.0)  # GUI-R1's right single answer
+    assert guir1.mix(answers(correct=1.0), room=True)[-1].reward == 1.0
 
 
 def test_the_learner_takes_a_demonstration_as_a_positive_sample_at_ratio_one(demos, tmp_path):
