@@ -104,6 +104,7 @@ class FleetActor:
             from agent.fleet.served import SERVED_FULL_WEIGHTS
 
             raise OnlineError(SERVED_FULL_WEIGHTS.format(what="model.finetune=full"))
+        self.step_rule = step_rule(config.data.reward)  # data.reward without an online form: refused at start
         self.config, self.options, self.broker, self.key = config, options, broker, key
         self.run_dir = Path(options.run_dir or f"runs/actor-{options.name}")
         self.stopping = False
@@ -165,7 +166,7 @@ class FleetActor:
         session_id = f"{o.name}-{int(time.time()):x}"
         settings = ActorSettings(env=o.env, device_kind=o.device, serials=(o.serial,) if o.serial else (),
                                  max_steps=o.max_steps, group_level=o.group_level, group_size=cfg.rl.group_size,
-                                 max_restarts=o.max_restarts, session_id=session_id, reward=step_rule(cfg.data.reward))
+                                 max_restarts=o.max_restarts, session_id=session_id, reward=self.step_rule)
         seed = cfg.train.seed * 1_000_003 + zlib.crc32(o.name.encode())  # each actor its own order of the seeds
         jobs = Jobs(TaskSampler(o.env, cfg.data.seeds, seed), None, level=o.group_level, n=cfg.rl.group_size,
                     batch=1, prefix=f"{session_id}/")

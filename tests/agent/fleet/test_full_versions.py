@@ -85,3 +85,19 @@ def test_a_served_actor_is_refused_full_weights(tmp_path):
     with pytest.raises(BackendError, match="full weights learner@1: a policy server"):
         load_served(ServedAdapters("http://127.0.0.1:9", "tiny", folder_root=tmp_path / "served"), full,
                     root=tmp_path)
+
+
+def test_an_actor_takes_its_step_reward_from_data_reward_and_refuses_one_without_an_online_form(tmp_path):
+    from agent.config import load_train_config
+    from agent.fleet.actor import ActorOptions, FleetActor
+    from agent.fleet.settings import BrokerConfig
+
+    def actor(reward: str) -> FleetActor:
+        config = load_train_config(None, ['model.path="tiny"', 'train.stage="rl"', f'data.reward="{reward}"',
+                                          f'train.run_dir="{tmp_path}"'])
+        return FleetActor(config, ActorOptions(name="a1", env="generated/click"), BrokerConfig("127.0.0.1"),
+                          b"k" * 32)
+
+    assert actor("guir1_paper").step_rule == "guir1" and actor("aepo").step_rule == "aepo"
+    with pytest.raises(OnlineError, match="data.reward='distance' cannot score online answers"):
+        actor("distance")
