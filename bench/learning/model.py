@@ -22,8 +22,9 @@ LARGER = {
         "vision": dict(depth=3, hidden_size=128, intermediate_size=256, num_heads=4, fullatt_block_indexes=[2]),
     },
 }
-"""Larger sizes for probing (``bench.learning.probe --size``): about 4.3M parameters, some 4x slower per step on
-a CPU. The benchmark itself uses ``SIZES``."""
+"""Larger sizes for probing (``bench.learning.probe --size``): 4,325,120 parameters; 300 probe steps took 26 minutes
+on the 2-core CPU beside other runs, against 12 for the ~1M model (docs/benchmarks.md, "Setting hard"). The benchmark
+itself uses ``SIZES``."""
 
 
 def build_model(path: str | Path, seed: int, size: str = "1m") -> Path:
