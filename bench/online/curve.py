@@ -69,8 +69,18 @@ ONLINE_REWARD = {"aepo": "aepo", "grpo": "guir1"}
 """The online arm's step reward per algorithm, as the offline arm of that name scores: AEPO's multi-answer reward,
 or GUI-R1's single-answer weighting (0.2 x one point + 0.8 x the first point right; ``bench.learning.rewards``)."""
 
-LORA_DEFAULT = {"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
-"""The online arm's adapter with ``--finetune lora`` and no ``--lora-*`` flags (``ModelConfig``'s defaults)."""
+def _lora_default() -> dict[str, Any]:
+    from train.config import TrainModelConfig
+
+    m = TrainModelConfig()
+    return {"rank": m.lora_rank, "alpha": m.lora_alpha, "targets": list(m.lora_targets)}
+
+
+LORA_DEFAULT = _lora_default()
+"""The online arm's adapter with ``--finetune lora`` and no ``--lora-*`` flags: the trainer's (``TrainModelConfig``)."""
+
+RUN_KEYS = ("setting", "config", "devices", "finetune", "algo", "lora")
+"""What a run's result must share with another to be merged with it, or continued by a later run."""
 
 
 def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str, algo: str = "aepo",
@@ -83,7 +93,8 @@ def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str
     return load_train_config(None, [
         f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
         'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
-        f'train.algo="{algo}"', f'data.reward="{ONLINE_REWARD[algo]}"', f"train.seed={seed}", f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
+        f'train.algo="{algo}"', f'data.reward="{ONLINE_REWARD[algo]}"', f"train.seed={seed}",
+        f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',
         f"rl.lr={cfg.rl_lr}", f"rl.warmup_steps={cfg.rl_warmup}", f"rl.group_size={cfg.group_size}",
         f"rl.batch_prompts={cfg.prompts_per_step}", f"rl.max_new_tokens={cfg.max_new_tokens}",
         "filter.drop_all_correct=false", "checkpoint.every=0", "log.tensorboard=false", "eval.every=0",
@@ -217,9 +228,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """One result from runs made side by side (one seed each): their settings must be equal; a seed in two runs
     is refused."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    keys = ("setting", "config", "devices", "finetune", "algo", "lora")
     for path, run in zip(paths[1:], runs[1:]):
-        diff = [k for k in keys if run.get(k) != runs[0].get(k)]
+        diff = [k for k in RUN_KEYS if run.get(k) != runs[0].get(k)]
         if diff:
             raise SystemExit(f"--merge: {path} differs from {paths[0]} in {', '.join(diff)}")
     seeds = [s for run in runs for s in run["seeds"]]
@@ -227,8 +237,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     if len(set(numbers)) != len(numbers):
         raise SystemExit(f"--merge: a seed appears twice: {sorted(numbers)}")
     seeds.sort(key=lambda s: s["seed"])
-    return {**{k: runs[0][k] for k in keys if k in runs[0]}, "seeds": seeds, "summary": summary(seeds), "table": table(seeds),
-            "merged_from": [str(p) for p in paths]}
+    return {**{k: runs[0][k] for k in RUN_KEYS if k in runs[0]}, "seeds": seeds, "summary": summary(seeds),
+            "table": table(seeds), "merged_from": [str(p) for p in paths]}
 
 
 def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -264,8 +274,7 @@ def main(args: Any, work: Path) -> dict[str, Any]:
             old = json.loads(args.out.read_text())
         except ValueError:
             old = {}
-        keys = ("setting", "config", "devices", "finetune", "algo", "lora")
-        if {k: old.get(k) for k in keys} == {k: json.loads(json.dumps(data.get(k))) for k in keys}:
+        if {k: old.get(k) for k in RUN_KEYS} == {k: json.loads(json.dumps(data.get(k))) for k in RUN_KEYS}:
             earlier = {s["seed"]: s for s in old.get("seeds", [])}
     for seed in sorted(set(args.seeds) | set(earlier)):
         if seed not in args.seeds:
