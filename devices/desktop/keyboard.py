@@ -75,11 +75,11 @@ def resolve_typing(method: str) -> str:
 
 
 REMAP_PAUSE_S = 0.05
-"""How long a new keycode binding waits before its key is sent, and a bound keycode after its last key before it
-may be rebound (``RemappedTyper``)."""
+"""How long a new keycode binding waits before its key is sent (``RemappedTyper``)."""
 REMAP_CLOSE_GRACE_S = 0.5
-"""How long the bindings outlive the last key when the device closes: an app that reads its keys later than this
-(a machine under heavy load) reads them unbound."""
+"""How long a binding outlives its last key before it is changed: rebound to another character when the pool is
+full, or unbound when the device closes. An app that reads its keys later than this (a machine under heavy load)
+reads them with the new mapping. 50 ms was too short for a rebind: a clean-clone test run typed αβγαδε as αεδεδε."""
 REMAP_POOL = 24
 """At most this many spare keycodes hold characters at once; at least ``REMAP_LEAVE`` stay free for other tools."""
 REMAP_LEAVE = 2
@@ -95,7 +95,7 @@ class RemappedTyper:
     own; the characters about to be typed are bound together, ``REMAP_PAUSE_S`` passes, and then their keys are
     pressed and released through XTEST. Bindings stay until the device closes (``close``), so a character typed
     again costs nothing; only when every pooled keycode is taken is the least recently used one rebound,
-    ``REMAP_PAUSE_S`` after its last key at the earliest. Characters pressed as single keys (``key é``) take the
+    ``REMAP_CLOSE_GRACE_S`` after its last key at the earliest. Characters pressed as single keys (``key é``) take the
     same way, since ``xdotool key`` unbinds at once too."""
 
     def __init__(self, display: str) -> None:
@@ -122,7 +122,7 @@ class RemappedTyper:
 
     def _take(self, keep: set[str]) -> int | None:
         """A keycode to bind: a free one, else the least recently used one not bound to a character in ``keep``
-        (``REMAP_PAUSE_S`` after its last key at the earliest), else None."""
+        (``REMAP_CLOSE_GRACE_S`` after its last key at the earliest), else None."""
         while self.free:
             code = self.free.pop()
             if not any(self.conn.get_keyboard_mapping(code, 1)[0]):
@@ -130,7 +130,7 @@ class RemappedTyper:
         for char, code in self.bound.items():
             if char not in keep:
                 del self.bound[char]
-                wait = self.last_key.get(code, 0.0) + REMAP_PAUSE_S - time.monotonic()
+                wait = self.last_key.get(code, 0.0) + REMAP_CLOSE_GRACE_S - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
                 return code
