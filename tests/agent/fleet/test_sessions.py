@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -33,11 +34,20 @@ pytestmark = [pytest.mark.skipif(not available(), reason="mosquitto is not insta
 def episodes_done(fleet: Fleet, name: str) -> tuple[int, bool]:
     """(episodes with an outcome, whether the newest one is in flight with at least one step on disk)."""
     folders = sorted((fleet.folder / f"actor-{name}").glob("ep*"))
-    done = sum(1 for f in folders if json.loads((f / "episode.json").read_text() or "{}").get("outcome"))
+    done = sum(1 for f in folders if _outcome(f))
     last = folders[-1] if folders else None
-    in_flight = bool(last and not json.loads((last / "episode.json").read_text() or "{}").get("outcome")
+    in_flight = bool(last and (last / "episode.json").is_file() and not _outcome(last)
                      and (last / "steps.jsonl").is_file() and (last / "steps.jsonl").read_text().strip())
     return done, in_flight
+
+
+def _outcome(folder: Path) -> str | None:
+    """The episode's outcome; None while it runs, or when the folder is so new that its episode.json is not yet
+    written (the writer makes the folder first: a loaded clean-clone run read one in that instant)."""
+    try:
+        return json.loads((folder / "episode.json").read_text() or "{}").get("outcome")
+    except FileNotFoundError:
+        return None
 
 
 def kill_9(proc: subprocess.Popen[bytes]) -> None:
