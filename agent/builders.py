@@ -89,21 +89,13 @@ async def close_policy(policy: Any) -> None:
         await backend.close()
 
 
-def build_device(cfg: Config, url: str) -> Device:
-    """The device ``cfg.device.kind`` names, not started yet: ``web`` opens ``url`` in its own browser, ``desktop``
-    drives the X display ``desktop.display``, ``android`` the phone ``android.serial``. The driver libraries are
-    imported only here."""
-    if cfg.device.kind == "desktop":
-        from devices.desktop import DesktopDevice
+def build_device(cfg: Config, url: str = "") -> Device:
+    """The device ``cfg.device.kind`` names (``devices.registry``), not started yet, from its config section: the
+    web opens ``url`` in its own browser, the desktop drives the X display ``desktop.display``, Android the phone
+    ``android.serial``. The driver libraries are imported only when it is built."""
+    from devices.registry import device_kind
 
-        return DesktopDevice(cfg.desktop, cfg.settle)
-    if cfg.device.kind == "android":
-        from devices.android import AndroidDevice
-
-        return AndroidDevice(cfg.android, cfg.settle)
-    from devices.web import PlaywrightDevice
-
-    return PlaywrightDevice(cfg.web, cfg.settle, url=url)
+    return device_kind(cfg.device.kind).build(cfg.section(), cfg.settle, url=url)
 
 
 def build_guard(cfg: Config) -> Guard:

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from agent.errors import ConfigError
+from devices.registry import DEFAULT_KIND, all_device_kinds, device_kind
 from devices.settle import SettleConfig
-from devices.android import AndroidConfig
-from devices.desktop import DesktopConfig
-from devices.web import WebConfig
+from policy.model_config import ModelSettings
 from policy.ocr import OcrConfig
 
-DEVICE_KINDS = ("web", "desktop", "android")
+log = logging.getLogger(__name__)
+
 POLICY_KINDS = ("ocr", "scripted", "transformers", "openai")
 
 
@@ -45,14 +48,13 @@ class AgentConfig:
 
 @dataclass(frozen=True, slots=True)
 class DeviceConfig:
-    kind: str = "web"
+    kind: str = DEFAULT_KIND
     """Which device to drive: web (a Chromium page), desktop (the X11 screen) or android (a phone over adb)."""
     url: str = ""
     """Start page of the web device; empty = the built-in demo page with its own task checker."""
 
     def __post_init__(self) -> None:
-        if self.kind not in DEVICE_KINDS:
-            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+        device_kind(self.kind)  # UnknownDeviceKind (a ValueError) naming the closest kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,58 +70,25 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
-    id: str = ""
-    """Model id (Hugging Face id or local path); its preset gives the format, pixel budget and decoding."""
-    format: str = ""
-    """Model family for ids not in the registry (qwen2.5-vl, infigui-g1, gui-r1, ui-tars, ui-tars-1.5, ui-tars-v1)."""
-    variant: str = ""
-    """Prompt variant, overriding the preset's (see docs/coordinates.md); empty = the preset's."""
-    min_pixels: int = 0
-    """Processor min_pixels, overriding the preset's; 0 = the preset's."""
-    max_pixels: int = 0
-    """Processor max_pixels, overriding the preset's; 0 = the preset's."""
+class ModelConfig(ModelSettings):
+    """``[model]`` of config.toml: the shared model settings (``policy.model_config``) and how the policy reaches and
+    samples the model."""
+
     url: str = ""
     """For policy openai: the server's base URL, e.g. http://127.0.0.1:8000 (vLLM, SGLang, transformers serve)."""
     api_key_env: str = ""
     """For policy openai: the environment variable holding the API key, if the server needs one."""
     timeout_s: float = 60.0
     """For policy openai: seconds to wait for one answer before retrying."""
-    device: str = "cpu"
-    """For policy transformers: torch device (cpu, cuda, cuda:1, mps)."""
-    dtype: str = "auto"
-    """For policy transformers: weights dtype (auto, bfloat16, float16, float32)."""
-    adapter: str = ""
-    """For policy transformers: a LoRA adapter directory to load on the base model."""
     samples: int = 1
     """Answers sampled per observation (the first that parses is executed; all are kept as candidates)."""
 
     def __post_init__(self) -> None:
-        from policy.presets import FAMILY_DEFAULTS
-
-        if self.format and self.format.lower() not in FAMILY_DEFAULTS:
-            close = difflib.get_close_matches(self.format.lower(), list(FAMILY_DEFAULTS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"format {self.format!r} is not a model family{hint}; use one of {', '.join(FAMILY_DEFAULTS)}")
+        ModelSettings.__post_init__(self)
         if self.samples < 1:
             raise ValueError(f"samples must be at least 1, got {self.samples}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
-        if self.min_pixels < 0 or self.max_pixels < 0 or (self.max_pixels and self.min_pixels > self.max_pixels):
-            raise ValueError(f"need 0 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
-
-    def preset(self) -> Any:
-        """The resolved ModelPreset (registry entry or family defaults, with these overrides)."""
-        from policy.presets import preset_for
-
-        overrides: dict[str, Any] = {}
-        if self.variant:
-            overrides["variant"] = self.variant
-        if self.min_pixels:
-            overrides["min_pixels"] = self.min_pixels
-        if self.max_pixels:
-            overrides["max_pixels"] = self.max_pixels
-        return preset_for(self.id or self.format, self.format or None, **overrides)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,13 +152,17 @@ class RecordConfig:
             raise ValueError(f"frame_format {self.frame_format!r} must be png or jpeg")
 
 
+def default_device_sections() -> Mapping[str, Any]:
+    """Every registered device kind's section at its defaults, by kind (``devices.registry``)."""
+    return MappingProxyType({kind.name: kind.config() for kind in all_device_kinds()})
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
-    web: WebConfig = field(default_factory=WebConfig)
-    desktop: DesktopConfig = field(default_factory=DesktopConfig)
-    android: AndroidConfig = field(default_factory=AndroidConfig)
+    devices: Mapping[str, Any] = field(default_factory=default_device_sections)
+    """Each device kind's own section (``[web]``, ``[desktop]``, ``[android]``: ``devices.registry``), by kind."""
     settle: SettleConfig = field(default_factory=SettleConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
@@ -199,16 +172,42 @@ class Config:
     secrets: tuple[tuple[str, str], ...] = ()
     """Credentials: NAME = "env:VARIABLE"; actions refer to them as {{secret:NAME}}."""
 
+    def __post_init__(self) -> None:
+        missing = [k for k in default_device_sections() if k not in self.devices]
+        if missing or not isinstance(self.devices, MappingProxyType):
+            object.__setattr__(self, "devices", MappingProxyType({**default_device_sections(), **self.devices}))
+
+    def section(self, kind: str | None = None) -> Any:
+        """The config section of device kind ``kind`` (default: the configured ``device.kind``)."""
+        return self.devices[kind or self.device.kind]
+
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config as plain data (secrets as their env: references, never values)."""
+        """The resolved config as plain data (secrets as their env: references, never values); a device kind's
+        section is a top-level section, as in config.toml."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = dict(value) if f.name == "secrets" else dataclasses.asdict(value)
+            if f.name == "devices":
+                out.update({kind: dataclasses.asdict(section) for kind, section in value.items()})
+            else:
+                out[f.name] = dict(value) if f.name == "secrets" else dataclasses.asdict(value)
         return out
 
 
-SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "secrets"}  # type: ignore[misc]
+def config_sections() -> dict[str, type]:
+    """Every section of config.toml and the dataclass it is read into, in the file's order: each device kind's own
+    section follows ``[device]``."""
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(Config):
+        if f.name == "devices":
+            out.update({kind.name: kind.config for kind in all_device_kinds()})
+        elif f.name != "secrets":
+            out[f.name] = f.default_factory  # type: ignore[assignment]
+    return out
+
+
+SECTIONS: dict[str, type] = config_sections()
+"""``config_sections()`` when this module was imported (the kinds registered then)."""
 
 
 def _closest(name: str, options: list[str]) -> str:
@@ -216,8 +215,21 @@ def _closest(name: str, options: list[str]) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
+UNSET = "none"
+"""What a config file or ``--set`` writes for "unset" (None: the documented default, or off) where a field allows
+it; TOML has no null."""
+
+
 def _coerce(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
+        if isinstance(value, str) and value.strip().lower() == UNSET:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        try:
+            return _coerce(value, inner, where)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (or {UNSET}, to leave it unset)") from None
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -253,14 +265,32 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
+    """``[name]``'s table read into ``cls``. A key an older file used (``cls.RENAMED``) is read as its new name, and a
+    value that used to mean "unset" (a field's ``was`` metadata: ``lr = 0``, ``kl_coef = -1``) as unset; each with a
+    warning that says what to write instead."""
     if not isinstance(values, dict):
         raise ConfigError(f"[{name}] must be a table of options, got {values!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
+    renamed: dict[str, str] = getattr(cls, "RENAMED", {})
     kwargs = {}
     for key, value in values.items():
+        if key in renamed and renamed[key] in fields:
+            if renamed[key] in values:
+                raise ConfigError(f"{name}.{key} and {name}.{renamed[key]} are the same option ({key} is its old "
+                                  f"name): keep {name}.{renamed[key]} alone")
+            log.warning("%s.%s is now %s.%s: this file still reads, but write %s.%s", name, key, name, renamed[key],
+                        name, renamed[key])
+            key = renamed[key]
         if key not in names:
             raise ConfigError(f"unknown option {name}.{key}: {_closest(key, names)}valid options of [{name}]: {', '.join(names)}")
+        was = fields[key].metadata.get("was")
+        if was is not None and value == was and not isinstance(value, bool):
+            log.warning("%s.%s = %r used to mean unset; it now reads as unset: leave the key out (or write %s = "
+                        "\"%s\")", name, key, value, key, UNSET)
+            kwargs[key] = None
+            continue
         kwargs[key] = _coerce(value, hints[key], f"{name}.{key}")
     try:
         return cls(**kwargs)
@@ -320,16 +350,21 @@ def _read_toml(path: str | Path | None, overrides: list[str] | tuple[str, ...]) 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a config file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
     data = _read_toml(path, overrides)
-    valid = [*SECTIONS, "secrets"]
+    sections = config_sections()
+    kinds = {kind.name for kind in all_device_kinds()}
+    valid = [*sections, "secrets"]
     kwargs: dict[str, Any] = {}
+    devices: dict[str, Any] = {}
     for name, values in data.items():
         if name == "secrets":
             kwargs[name] = _secrets(values)
-        elif name in SECTIONS:
-            kwargs[name] = _build_section(name, SECTIONS[name], values)
+        elif name in kinds:
+            devices[name] = _build_section(name, sections[name], values)
+        elif name in sections:
+            kwargs[name] = _build_section(name, sections[name], values)
         else:
             raise ConfigError(f"unknown config section [{name}]: {_closest(name, valid)}sections are {', '.join(valid)}")
-    return Config(**kwargs)
+    return Config(devices=devices, **kwargs)
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
@@ -347,27 +382,25 @@ def load_train_config(path: str | Path | None = None, overrides: list[str] | tup
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a config dataclass, read from its source."""
+    """The docstring under each field of a config dataclass (and of the dataclasses it extends), read from source."""
     import ast
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-                docs[node.target.id] = " ".join(nxt.value.value.split())  # one line, for config.toml
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                    docs[node.target.id] = " ".join(nxt.value.value.split())  # one line, for config.toml
     return docs
 
 
 SECTION_DOCS = {
     "agent": "The loop: step budget, retries, dry run.",
     "device": "Which device to drive and where it starts.",
-    "web": "The web device (Chromium through Playwright).",
-    "desktop": "The desktop device (mss capture, pyautogui / xdotool input; X11).",
-    "android": "The Android device: a phone over the adb server (adbutils).",
     "settle": "Waiting for the screen to stop changing after each action (instead of fixed sleeps).",
     "policy": "Who decides the next action.",
     "ocr": "The offline OCR policy: grounds the instruction's target text on the screenshot's pixels.",
@@ -379,6 +412,8 @@ SECTION_DOCS = {
 
 
 def _toml_value(value: Any) -> str:
+    if value is None:
+        return f'"{UNSET}"'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -390,26 +425,33 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def _render_sections(defaults: Any, sections: dict[str, type], docs_by_section: dict[str, str]) -> list[str]:
+def section_docs() -> dict[str, str]:
+    """Each section's one-line comment in config.toml (a device kind's is its registry summary)."""
+    return {**SECTION_DOCS, **{kind.name: kind.summary for kind in all_device_kinds()}}
+
+
+def _render_sections(sections: dict[str, type], docs_by_section: dict[str, str]) -> list[str]:
     lines: list[str] = []
     for name, cls in sections.items():
         lines += ["", f"# {docs_by_section[name]}", f"[{name}]"]
         docs = field_docs(cls)
+        defaults = cls()
         for f in dataclasses.fields(cls):
             lines.append(f"# {docs.get(f.name, '')}")
-            lines.append(f"{f.name} = {_toml_value(getattr(getattr(defaults, name), f.name))}")
+            value = getattr(defaults, f.name)
+            lines.append(f"# {f.name} = ...  (unset)" if value is None else f"{f.name} = {_toml_value(value)}")
     return lines
 
 
 def render_train_defaults() -> str:
     """configs/train.toml: every training option at its default, documented."""
-    from train.config import TRAIN_SECTION_DOCS, TRAIN_SECTIONS, TrainConfig
+    from train.config import TRAIN_SECTION_DOCS, TRAIN_SECTIONS
 
     lines = [
         "# handeye training configuration: agent train --config configs/train.toml [--set section.key=value]",
         "# Every option is listed with its default; delete what you don't change. Docs: docs/training.md",
     ]
-    return "\n".join(lines + _render_sections(TrainConfig(), TRAIN_SECTIONS, TRAIN_SECTION_DOCS)) + "\n"
+    return "\n".join(lines + _render_sections(TRAIN_SECTIONS, TRAIN_SECTION_DOCS)) + "\n"
 
 
 def render_defaults() -> str:
@@ -419,7 +461,7 @@ def render_defaults() -> str:
         "# Override any option on the command line: agent run --set section.key=value",
         "# Docs: docs/configuration.md",
     ]
-    lines += _render_sections(Config(), SECTIONS, SECTION_DOCS)
+    lines += _render_sections(config_sections(), section_docs())
     lines += [
         "",
         "# Credentials, only ever read from environment variables: NAME = \"env:VARIABLE\".",

@@ -1,17 +1,16 @@
 """``agent record --make-task NAME``: a demonstration becomes a task that ``agent eval --suite tasks`` runs.
 
-    maker = TaskMaker("subscribe", tasks_dir(), kind="web")     # refuses a bad or taken name before recording
+    maker = TaskMaker("subscribe", tasks_dir(), kind="web")     # refuses a bad name, a taken one, a kind without tasks
     maker.watch(recorder)                                        # phone, desktop: the start state once it starts
     ...record the demonstration...
     await maker.read_final(recorder, writer.path)                # after the stop key, before the recorder closes
     ...close the recorder...
-    ok = maker.finish(console, recorder, writer.path, web_config)  # start state, derive, review, write
+    ok = maker.finish(console, recorder, writer.path, section)  # start state, derive, review, write
 
-The final state is read through the recorder (the web: its active page; Android: its phone; the desktop: its
-display, with OCR). The start state of the web is read again from a fresh browser opened on the start page as the
-environment will open it, so the element states the person changed are known before and after; the phone and the
-desktop cannot be put back, so their start state is read as soon as the recorder has started (``watch``; a
-recorder's own ``start_state`` is used when it has one). The task is
+The states are read through the recorder, as its device kind reads them (``envs.derived.demo_states``: the web's
+active page; a phone; an X display, with OCR); where the start cannot be opened again (a phone, a desktop) the start
+state is read as soon as the recorder has started (``watch``; a recorder's own ``start_state`` is used when it has
+one). The task is
 derived (``envs.derived.derive_task``), written, shown, and with a terminal the person keeps it, drops it or edits it
 in $VISUAL / $EDITOR (the file is read again strictly after each edit).
 """
@@ -34,10 +33,10 @@ import numpy as np
 
 from devices.base import Box
 from devices.errors import DeviceError
-from envs.derived import TaskSpec, derive_task, load_task, tasks_dir, wanted_for_derive
-from envs.derived.env import open_fresh
+from devices.registry import DEFAULT_KIND
+from envs.derived import TaskSpec, derive_task, load_task, tasks_dir
+from envs.derived.demo_states import demo_states
 from envs.derived.spec import WebStart, condition_dict, task_path, write_task
-from envs.derived.states import read_android_state, read_desktop_state, read_web_state
 from envs.errors import EnvError, TaskFileError
 from envs.site import PAGES_DIR
 from envs.trajectory import read_episode
@@ -63,7 +62,7 @@ class OcrTextReader:
 class TaskMaker:
     """Derives one task from the demonstration being recorded (see the module docstring)."""
 
-    def __init__(self, name: str, folder: str | Path | None = None, *, kind: str = "web",
+    def __init__(self, name: str, folder: str | Path | None = None, *, kind: str = DEFAULT_KIND,
                  builtin_page: bool = False, text_reader: Any = None) -> None:
         self.folder = Path(folder) if folder is not None else tasks_dir()
         self.path = task_path(self.folder, name)  # TaskFileError for a name that cannot name a file
@@ -71,18 +70,18 @@ class TaskMaker:
             raise TaskFileError(f"{self.path} exists; choose another --make-task name or remove the file first")
         self.name = name
         self.kind = kind
+        self.states = demo_states(kind, text_reader=lambda: text_reader or OcrTextReader())
+        """How this kind's states are read (``envs.derived.demo_states``); TaskFileError for a kind without tasks."""
         self.builtin_page = builtin_page
         """The recording started on a page of the built-in site: the page is copied next to the task."""
-        self.text_reader = text_reader
         self.final: dict[str, Any] | None = None
         self.problem = ""
-        self.start_url = ""
 
     def watch(self, recorder: Any) -> None:
         """Read the start state as soon as ``recorder`` has started, where the device cannot be put back later (a
-        phone, a desktop) and the recorder does not read one itself (``start_state``). The web's is read again
-        after the recording, from a fresh page."""
-        if self.kind == "web":
+        phone, a desktop) and the recorder does not read one itself (``start_state``). A replayable kind's (the
+        web's) is read again after the recording, from a fresh page."""
+        if self.states.replayable:
             return
         start = recorder.start
 
@@ -91,62 +90,28 @@ class TaskMaker:
             if getattr(recorder, "start_state", None):
                 return
             try:
-                recorder.start_state = await self.read_state(recorder)
+                recorder.start_state = await self.states.read(recorder)
             except (DeviceError, EnvError) as e:
                 log.warning("could not read the start state (%s); the derived conditions may hold at the start", e)
 
         recorder.start = start_then_read
 
-    async def read_state(self, recorder: Any) -> dict[str, Any]:
-        """The device's state now, through a recorder of ``self.kind`` (Android: its phone; desktop: its display
-        and OCR)."""
-        if self.kind == "android":
-            return await read_android_state(recorder.device)
-        if self.text_reader is None:
-            self.text_reader = OcrTextReader()
-        return await read_desktop_state(recorder, self.text_reader)
-
     async def read_final(self, recorder: Any, episode_path: str | Path) -> None:
         """Read the final state through ``recorder`` (still open); a failure is kept for ``finish`` to report."""
         try:
-            if self.kind == "web":
-                self.start_url = recorder.url
-                page = recorder.active or recorder.device.page
-                self.final = await read_web_state(page, wanted_for_derive(read_episode(episode_path).steps))
-            else:
-                self.final = await self.read_state(recorder)
+            self.final = await self.states.final(recorder, read_episode(episode_path))
         except (DeviceError, EnvError) as e:
             self.problem = (f"could not read the final state from the device ({e}); end the demonstration with the "
                             "stop key while the page or app is still open")
 
-    async def read_start(self, recorder: Any, episode: Any, web_config: Any) -> dict[str, Any]:
-        if self.kind != "web":
-            return dict(getattr(recorder, "start_state", None) or {})
-        from devices.web import PlaywrightDevice
-
-        from envs.derived.derive import viewport_of
-
-        viewport = viewport_of(episode)
-        size = {"viewport_width": viewport[0], "viewport_height": viewport[1]} if viewport else {}
-        device = PlaywrightDevice(replace(web_config, headless=True, **size))
-        try:
-            await device.start()
-            await open_fresh(device, self.start_url, viewport)
-            return await read_web_state(device.page, wanted_for_derive(episode.steps))
-        except DeviceError as e:
-            log.warning("could not open %s again to read its start state (%s); using the one the recorder read",
-                        self.start_url, e)
-            return dict(recorder.start_state)
-        finally:
-            await device.close()
-
-    def derive(self, recorder: Any, episode_path: str | Path, web_config: Any) -> TaskSpec:
-        """The derived task (after ``read_final``); TaskFileError / EnvError saying why there is none."""
+    def derive(self, recorder: Any, episode_path: str | Path, section: Any) -> TaskSpec:
+        """The derived task (after ``read_final``); TaskFileError / EnvError saying why there is none. ``section``:
+        the device kind's config section (the web's, for the fresh browser its start state is read again in)."""
         if self.final is None:
             raise EnvError(self.problem or "the demonstration did not end with the stop key: no final state to "
                            "derive a task from")
         episode = read_episode(episode_path)
-        start = asyncio.run(self.read_start(recorder, episode, web_config))
+        start = asyncio.run(self.states.start(recorder, episode, section))
         spec = derive_task(episode, start, self.final, self.name)
         if self.builtin_page and isinstance(spec.start, WebStart):
             spec = self.with_builtin_page(spec)
@@ -166,12 +131,12 @@ class TaskMaker:
             shutil.copyfile(source, target)
         return replace(spec, start=replace(spec.start, url="", page=relative), folder=self.folder)
 
-    def finish(self, console: Any, recorder: Any, episode_path: str | Path, web_config: Any, *,
+    def finish(self, console: Any, recorder: Any, episode_path: str | Path, section: Any, *,
                ask: Callable[[str], str] | None = None) -> bool:
         """Derive, write, show and (with a terminal) review the task; False when no task could be made (the
         message printed), True otherwise (written, or dropped by the person)."""
         try:
-            spec = self.derive(recorder, episode_path, web_config)
+            spec = self.derive(recorder, episode_path, section)
             path = write_task(spec, self.folder)
         except (TaskFileError, EnvError, OSError) as e:
             console.print(f"[bold red]no task made:[/] {plain(e)}", soft_wrap=True)

@@ -6,7 +6,8 @@
     ├── DeviceUnavailable       the device (browser, phone, display) could not be found or started
     ├── DeviceDisconnected      the device went away mid-episode (browser killed, phone unplugged)
     ├── DeviceTimeout           the device did not answer in time
-    └── NavigationError         a URL could not be opened
+    ├── NavigationError         a URL could not be opened
+    └── UnknownDeviceKind       a device kind (or ``--device`` form) no entry of ``devices.registry`` registers
 
 Messages say what failed, with which values, and what to do next.
 """
@@ -40,3 +41,7 @@ class DeviceTimeout(DeviceError, TimeoutError):
 
 class NavigationError(DeviceError):
     """A URL could not be opened."""
+
+
+class UnknownDeviceKind(DeviceError, ValueError):
+    """A device kind, or a ``--device NAME[:ADDRESS]`` form, that ``devices.registry`` has no entry for."""

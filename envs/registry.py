@@ -32,9 +32,9 @@ class EnvSpec:
     kwargs: tuple[tuple[str, Any], ...] = ()
     max_steps: int = 10
     """The step budget ``make`` gives the environment (``TimeLimit``) unless told another."""
-    device_kind: str = ""
-    """The device it runs on ("web", "android", "desktop") when its suite mixes them (the derived tasks); "" when
-    the suite says (``agent.online.DEVICE_KINDS``)."""
+    device_kind: str | None = None
+    """The kind of device it runs on (a ``devices.registry`` kind: "web", "desktop", "android"); None only for a
+    registration that cannot be made (a task file that does not load: ``make`` raises its error)."""
 
     def make(self, *, max_steps: int | None = None, **overrides: Any) -> Any:
         """The environment, wrapped in ``TimeLimit(max_steps or self.max_steps)``."""
@@ -48,13 +48,22 @@ class EnvSpec:
 REGISTRY: dict[str, EnvSpec] = {}
 
 
-def register(name: str, entry_point: str, suite: str, description: str = "", *, max_steps: int = 10,
-             device_kind: str = "", **kwargs: Any) -> None:
-    """Register ``name``; ``kwargs`` go to the factory, ``max_steps`` is the default step budget."""
+def register(name: str, entry_point: str, suite: str, description: str = "", *, device_kind: str | None,
+             max_steps: int = 10, **kwargs: Any) -> None:
+    """Register ``name`` on devices of ``device_kind`` (``devices.registry``); ``kwargs`` go to the factory,
+    ``max_steps`` is the default step budget."""
+    from devices.errors import UnknownDeviceKind
+    from devices.registry import device_kind as known_kind
+
     if name in REGISTRY:
         raise EnvError(f"environment {name!r} is registered twice")
     if max_steps < 1:
         raise EnvError(f"environment {name!r}: max_steps={max_steps} must be at least 1")
+    if device_kind is not None:
+        try:
+            known_kind(device_kind)
+        except UnknownDeviceKind as e:
+            raise EnvError(f"environment {name!r}: {e}") from None
     REGISTRY[name] = EnvSpec(name, entry_point, suite, description, tuple(kwargs.items()), max_steps, device_kind)
 
 

@@ -302,7 +302,7 @@ def test_configs_aepo_3b_is_the_worked_example_of_training_md():
     assert tomllib.loads(on_disk) == tomllib.loads(block) and on_disk.endswith(block)
     from agent.config import load_train_config
 
-    assert load_train_config(REPO / "configs" / "aepo-3b.toml").model.path  # it names its model
+    assert load_train_config(REPO / "configs" / "aepo-3b.toml").model.id  # it names its model
 
 
 def test_the_script_examples_are_what_the_scripted_policy_reads():

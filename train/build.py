@@ -64,16 +64,12 @@ def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
     from policy.presets import preset_for
 
     m = config.model
-    path = m.path
-    overrides: dict[str, Any] = {}
-    if m.min_pixels:
-        overrides["min_pixels"] = m.min_pixels
-    if m.max_pixels:
-        overrides["max_pixels"] = m.max_pixels
+    path = m.id
+    overrides: dict[str, Any] = m.preset_overrides()  # the variant and pixel budget the config sets
     if not config.data.think:
         overrides["variant"] = "no_think"  # InfiGUI-G1's released no_think prompt: no think system message
     if not path:
-        raise ValueError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
+        raise ValueError("model.id is empty: name the model to train (a local folder or a hub id, e.g. "
                          "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
     if path == "tiny":
         from policy.tiny import build_tiny_qwen25vl
@@ -85,31 +81,20 @@ def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
         overrides.setdefault("max_pixels", 64 * 28 * 28)
         fmt = m.format or "infigui-g1"
         return str(target), preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
-    base = preset_for(m.path, m.format or None)
-    return path, preset_for(m.path, m.format or None, **_for_family(base.family, overrides))
+    base = preset_for(m.id, m.format or None)
+    return path, preset_for(m.id, m.format or None, **_for_family(base.family, overrides))
 
 
 def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator: Any = None) -> Trainable:
-    """The learner of ``config.train.stage`` on ``backend``'s model: the policy-gradient ``Learner`` for rl, the
-    ``SupervisedLearner`` for sft and rft."""
+    """The learner of ``config.train.stage`` on ``backend``'s model: the policy-gradient ``Learner`` for rl (on
+    ``[rl]`` and ``[model]``), the ``SupervisedLearner`` for sft and rft."""
     m, rl = config.model, config.rl
     if config.train.stage == "rl":
-        return Learner(
-            backend, algo=config.train.algo, finetune=m.finetune, lr=rl.lr or None, clip_low=rl.clip_low,
-            clip_high=rl.clip_high or None, kl_coef=None if rl.kl_coef < 0 else rl.kl_coef,
-            ppo_epochs=rl.ppo_epochs, minibatches=rl.minibatches,
-            max_staleness=None if rl.max_staleness < 0 else rl.max_staleness,
-            max_is_ratio=rl.max_is_ratio or None, max_grad_norm=rl.max_grad_norm,
-            dual_clip=rl.dual_clip or None, weight_decay=rl.weight_decay, warmup_steps=rl.warmup_steps,
-            total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, schedule=rl.schedule,
-            gradient_checkpointing=m.gradient_checkpointing, freeze_vision=m.freeze_vision,
-            lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets,
-            shared_prefix=rl.shared_prefix, accelerator=accelerator, seed=config.train.seed)
-    return SupervisedLearner(
-        backend, finetune=m.finetune, lr=config.sft.lr or None, weight_decay=rl.weight_decay,
-        max_grad_norm=rl.max_grad_norm, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
-        lora_targets=m.lora_targets, gradient_checkpointing=m.gradient_checkpointing,
-        accelerator=accelerator)
+        return Learner(backend, rl, m, algo=config.train.algo,  # type: ignore[arg-type]
+                       total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, accelerator=accelerator,
+                       seed=config.train.seed)
+    return SupervisedLearner(backend, m, lr=config.sft.lr, weight_decay=rl.weight_decay,
+                             max_grad_norm=rl.max_grad_norm, accelerator=accelerator)
 
 
 # -- data from a config ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ had never stopped:
 - ``adapter/``: the LoRA adapter as a standard peft folder (``adapter_config.json`` + ``adapter_model.safetensors``)
   that ``peft.PeftModel.from_pretrained``, ``agent run --set model.adapter=...`` and vLLM's ``--lora-modules`` load;
   or, for full fine-tuning, ``model/``: a transformers checkpoint (safetensors, config, processor) that
-  ``agent run --set model.path=...`` loads;
+  ``agent run --set model.id=...`` loads;
 - ``learner.pt``: optimizer and scheduler states, update counters, the mini-batch shuffling RNG;
 - ``rng.pt``: the torch random states (CPU and CUDA), tensors only;
 - ``rng.json``: the Python and NumPy random states, so rollouts sample the same tokens again;

@@ -2,8 +2,9 @@
 
 ``agent train --config FILE [--set section.key=value ...]`` reads a TOML file into ``TrainConfig`` (the reading,
 type checks and "did you mean" hints are ``agent.config.load_train_config``'s); ``configs/train.toml`` lists every
-option at its default and is generated from these classes. Values that mean "the algorithm's or the model's
-default" are written as 0 or -1, as documented on each field, so that every option has a plain TOML value.
+option at its default and is generated from these classes. A field that may be unset (None: the algorithm's
+or the model's default, or off, as its docstring says) is written ``none`` in a file or a ``--set``; the values that
+meant "unset" before (``lr = 0``, ``kl_coef = -1``: each field's ``was`` metadata) still read, with a warning.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS", "RUN_KINDS", "new_run_dir", "latest_run_dir",
+from devices.registry import DEFAULT_KIND
+from policy.model_config import ModelSettings
+
+__all__ = ["OnlineConfig", "TrainConfig", "TRAIN_SECTIONS", "TRAIN_SECTION_DOCS", "RUN_KINDS", "new_run_dir", "latest_run_dir",
            "with_run_dir"]
 
 STAGES = ("sft", "rl", "rft")
@@ -47,19 +51,10 @@ class RunConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TrainModelConfig:
-    path: str = ""
-    """Model to train (required): a local transformers directory or a hub id (e.g. Qwen/Qwen2.5-VL-3B-Instruct, InfiX-ai/InfiGUI-G1-3B). "tiny" builds the tiny random test model in run_dir (--set model.path='"tiny"' checks a set-up in a minute, no download)."""
-    format: str = ""
-    """Model family when the id is not in the preset registry (qwen2.5-vl, infigui-g1, gui-r1); it decides the prompt and the answer format."""
-    min_pixels: int = 0
-    """Processor min_pixels, overriding the preset's; 0 = the preset's."""
-    max_pixels: int = 0
-    """Processor max_pixels, overriding the preset's; 0 = the preset's."""
-    device: str = "cpu"
-    """Torch device (cpu, cuda, cuda:1). Under accelerate launch each process takes its own GPU."""
-    dtype: str = "auto"
-    """Weights dtype (auto, bfloat16, float32). bfloat16 on a GPU for real model sizes."""
+class TrainModelConfig(ModelSettings):
+    """``[model]`` of a training file: the shared model settings (``policy.model_config``; ``id`` is required) and
+    how the model is fine-tuned."""
+
     finetune: str = "lora"
     """lora (a peft adapter; the KL reference is the adapter switched off) or full (every weight, as both papers)."""
     lora_rank: int = 8
@@ -68,20 +63,17 @@ class TrainModelConfig:
     """LoRA alpha."""
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """Module names the adapter wraps (the language model's attention by default; add lm_head for tiny models)."""
-    adapter: str = ""
-    """A LoRA adapter folder to start from (e.g. the SFT stage's), trained further."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, ~30% more time. On for 3B+ models on a GPU."""
     freeze_vision: bool = False
     """Full fine-tuning only: keep the vision tower fixed (GUI-R1 trains it; off by default)."""
 
     def __post_init__(self) -> None:
+        ModelSettings.__post_init__(self)
         if self.finetune not in ("lora", "full"):
             raise ValueError(f"finetune {self.finetune!r} is not lora or full")
         if self.lora_rank < 1 or self.lora_alpha < 1:
             raise ValueError(f"lora_rank and lora_alpha must be positive, got {self.lora_rank} and {self.lora_alpha}")
-        if self.min_pixels < 0 or self.max_pixels < 0 or (self.max_pixels and self.min_pixels > self.max_pixels):
-            raise ValueError(f"need 0 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,26 +112,26 @@ class RLConfig:
     """Responses per update, if you prefer to set it: must be a multiple of group_size; 0 = batch_prompts * group_size."""
     max_new_tokens: int = 256
     """Longest response sampled (the papers allow 1024)."""
-    lr: float = 0.0
-    """AdamW learning rate; 0 = 1e-4 for LoRA, 1e-6 (the papers') for full fine-tuning."""
+    lr: float | None = field(default=None, metadata={"was": 0.0})
+    """AdamW learning rate; unset = 1e-4 for LoRA, 1e-6 (the papers') for full fine-tuning."""
     weight_decay: float = 0.01
     """AdamW weight decay (both papers: 0.01)."""
     clip_low: float = 0.2
     """PPO ratio floor is 1 - clip_low."""
-    clip_high: float = 0.0
-    """PPO ratio ceiling is 1 + clip_high; 0 = the algorithm's (aepo 0.4, grpo 0.2)."""
-    dual_clip: float = 3.0
-    """Dual-clip bound for negative advantages; 0 = off."""
-    kl_coef: float = -1.0
-    """Weight of the k3 KL to the reference; -1 = the algorithm's (aepo 0, grpo 0.01)."""
+    clip_high: float | None = field(default=None, metadata={"was": 0.0})
+    """PPO ratio ceiling is 1 + clip_high; unset = the algorithm's (aepo 0.4, grpo 0.2)."""
+    dual_clip: float | None = field(default=3.0, metadata={"was": 0.0})
+    """Dual-clip bound for negative advantages (> 1); none = off."""
+    kl_coef: float | None = field(default=None, metadata={"was": -1.0})
+    """Weight of the k3 KL to the reference; unset = the algorithm's (aepo 0, grpo 0.01)."""
     ppo_epochs: int = 1
     """Passes over each batch (both papers: 1)."""
     minibatches: int = 1
     """Optimizer steps per pass, the batch split by group (both papers: 1)."""
-    max_staleness: int = -1
-    """Drop samples more than this many updates behind the current policy; -1 = keep all."""
-    max_is_ratio: float = 2.0
-    """Cap of the importance weight for samples from an older policy; 0 = no cap."""
+    max_staleness: int | None = field(default=None, metadata={"was": -1})
+    """Drop samples more than this many updates behind the current policy; unset = keep all."""
+    max_is_ratio: float | None = field(default=2.0, metadata={"was": 0.0})
+    """Cap of the importance weight for samples from an older policy; none = no cap."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip."""
     warmup_steps: int = 0
@@ -160,6 +152,23 @@ class RLConfig:
             raise ValueError("batch_prompts, max_new_tokens, ppo_epochs and minibatches must be at least 1")
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule {self.schedule!r} is not constant or cosine")
+        unset = {"lr": (0, "is the default learning rate"), "clip_high": (0, "is the algorithm's ceiling"),
+                 "kl_coef": (-1, "is the algorithm's KL weight"), "max_staleness": (-1, "keeps every sample"),
+                 "dual_clip": (0, "turns dual-clip off"), "max_is_ratio": (0, "leaves the weight uncapped")}
+        for name, (old, means) in unset.items():
+            value = getattr(self, name)
+            if value is not None and value == old:
+                raise ValueError(f"{name}={value} was the old way to write unset; None {means}")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr} (None: the default for the fine-tuning mode)")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 (3.0 in verl), got {self.dual_clip}; None turns it off")
+        if self.max_is_ratio is not None and self.max_is_ratio <= 0:
+            raise ValueError(f"max_is_ratio must be positive, got {self.max_is_ratio}; None leaves it uncapped")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be 0 or more, got {self.max_staleness}; None keeps every sample")
+        if self.clip_high is not None and self.clip_high < 0:
+            raise ValueError(f"clip_high must be 0 or more, got {self.clip_high}")
 
     @property
     def prompts_per_batch(self) -> int:
@@ -212,42 +221,50 @@ class CurriculumConfig:
 class SFTConfig:
     batch_size: int = 16
     """Examples per SFT / RFT update."""
-    lr: float = 0.0
-    """SFT learning rate; 0 = 1e-5 full, 1e-4 LoRA."""
-    stop_accuracy: float = 0.0
-    """Stop SFT once held-out top-1 accuracy reaches this (the learning benchmark starts RL from 0.3-0.6); 0 = run all steps."""
+    lr: float | None = field(default=None, metadata={"was": 0.0})
+    """SFT learning rate; unset = 1e-5 full, 1e-4 LoRA."""
+    stop_accuracy: float | None = field(default=None, metadata={"was": 0.0})
+    """Stop SFT once held-out top-1 accuracy reaches this (the learning benchmark starts RL from 0.3-0.6); unset = run all steps."""
     rft_samples: int = 8
     """rft: answers sampled per prompt; the best correct one becomes an SFT example."""
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.rft_samples < 1 or not 0 <= self.stop_accuracy <= 1:
-            raise ValueError("need batch_size >= 1, rft_samples >= 1 and 0 <= stop_accuracy <= 1")
+        if self.batch_size < 1 or self.rft_samples < 1:
+            raise ValueError("need batch_size >= 1 and rft_samples >= 1")
+        if self.stop_accuracy is not None and not 0 < self.stop_accuracy <= 1:
+            raise ValueError(f"stop_accuracy must be in (0, 1], got {self.stop_accuracy}; None runs every step")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr} (None: the default for the fine-tuning mode)")
 
 
 @dataclass(frozen=True, slots=True)
 class EvalConfig:
     every: int = 10
     """Score the held-out prompts every this many updates (and at the end); 0 = only at the end."""
-    patience: int = 0
-    """Early stopping: stop after this many evaluations without a better held-out accuracy; 0 = never."""
+    patience: int | None = field(default=None, metadata={"was": 0})
+    """Early stopping: stop after this many evaluations without a better held-out accuracy; unset = never."""
     min_delta: float = 0.0
     """The least gain in held-out accuracy that counts as better."""
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.patience < 0:
-            raise ValueError("every and patience must be >= 0")
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0, got {self.every}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be at least 1, got {self.patience}; None never stops early")
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointConfig:
     every: int = 50
     """Write a checkpoint every this many updates (and at the end); 0 = only at the end."""
-    keep: int = 3
-    """Checkpoints kept (the newest); 0 = all."""
+    keep: int | None = field(default=3, metadata={"was": 0})
+    """Checkpoints kept (the newest); none = all."""
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.keep < 0:
-            raise ValueError("every and keep must be >= 0")
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0, got {self.every}")
+        if self.keep is not None and self.keep < 1:
+            raise ValueError(f"keep must be at least 1, got {self.keep}; None keeps every checkpoint")
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +275,91 @@ class LogConfig:
     """Draw run_dir/curves.png at every evaluation and at the end."""
     progress: bool = True
     """Show a progress bar with the key numbers when the output is a terminal."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineConfig:
+    """``[online]``: the settings of an online session, ``agent train --online`` and ``agent learner`` (the model, the
+    RL update and the outputs are the rest of the ``TrainConfig``'s)."""
+
+    env: str = ""
+    """Registered environment the actors run (required; ``agent envs`` lists them), e.g. generated/click."""
+    devices: int = 2
+    """Actors, each with its own device."""
+    device_kind: str = DEFAULT_KIND
+    """The actors' device kind (``devices.registry``): web (a Chromium per actor), android (one phone per actor,
+    ``serials``) or desktop (one per process)."""
+    group_level: str = "step"
+    """step (n answers per screen, scored by the step verifier) or episode (n episodes per task seed)."""
+    max_policy_lag: int | None = field(default=2, metadata={"was": -1})
+    """Drop samples more than this many adapter versions behind the learner; none = keep all."""
+    max_steps: int | None = field(default=None, metadata={"was": 0})
+    """Step budget per episode; unset = the environment's."""
+    max_pending: int | None = field(default=None, metadata={"was": 0})
+    """Backlog (groups queued for the learner) at which actors pause; unset = rl.batch_prompts x max_policy_lag."""
+    max_restarts: int = 2
+    """Device failures in a row after which an actor is dropped."""
+    max_episodes: int | None = field(default=None, metadata={"was": 0})
+    """Stop after this many episodes; unset = when the learner has done train.steps updates."""
+    max_wall_s: float | None = field(default=None, metadata={"was": 0.0})
+    """Stop after this many seconds; unset = no limit."""
+    keep_adapters: int = 4
+    """Published adapter versions kept on disk."""
+    serials: tuple[str, ...] = ()
+    """The devices' addresses, one per actor, for kinds that take one (android: the phones' adb serials)."""
+    wire: bool = False
+    """Send every message through the bus codec (JSON header + binary parts), as a fleet would."""
+    batch_decode: bool = True
+    """Batch the actors' concurrent generate calls into one."""
+    torch_threads: int | None = field(default=None, metadata={"was": 0})
+    """torch.set_num_threads for the session; unset = leave torch's default."""
+    progress_every_s: float = 10.0
+    """Seconds between progress lines."""
+    report: bool = True
+    """Write report.html at the end."""
+    demos: str = ""
+    """Success replay: a folder of recorded demonstrations (run folders) of the session's tasks (docs/online.md)."""
+    demo_share: float = 0.0
+    """Success replay: share of each update's groups that may carry a recorded success, at most
+    ceil(demo_share x rl.batch_prompts), only for failing tasks; 0 = off."""
+    demo_below: float = 0.5
+    """Success replay: a task is failing while its running success is below this (or the curriculum holds it as
+    hard)."""
+    group_timeout_s: float = 600.0
+    """A group still incomplete this long after its first part (an actor died in the middle of it) is trained on
+    with the parts it has (``GroupAssembler``)."""
+    remote_actors: bool = False
+    """The actors run in other processes (``agent actor``) and reach this learner over the transport (a fleet,
+    docs/fleet.md); ``devices`` is then only how many the progress line expects."""
+
+    def __post_init__(self) -> None:
+        if self.devices < 1:
+            raise ValueError(f"devices must be at least 1, got {self.devices}")
+        from devices.registry import device_kind
+
+        device_kind(self.device_kind)  # UnknownDeviceKind (a ValueError) naming the closest kind
+        if self.group_level not in ("step", "episode"):
+            raise ValueError(f"group_level {self.group_level!r} is not step or episode")
+        if self.max_policy_lag is not None and self.max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be 0 or more, got {self.max_policy_lag}; None keeps every sample")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {self.max_restarts}")
+        for name in ("max_steps", "max_episodes", "max_pending", "torch_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}; None leaves it unset")
+        if self.max_wall_s is not None and self.max_wall_s <= 0:
+            raise ValueError(f"max_wall_s must be positive, got {self.max_wall_s}; None sets no limit")
+        if self.keep_adapters < 1:
+            raise ValueError(f"keep_adapters must be at least 1, got {self.keep_adapters}")
+        if not 0 <= self.demo_share <= 1:
+            raise ValueError(f"demo_share must be a share between 0 (off) and 1, got {self.demo_share}")
+        if self.demo_share > 0 and not self.demos:
+            raise ValueError("demo_share > 0 replays recorded successes: name their folder with demos (--demos DIR)")
+        if self.group_timeout_s <= 0:
+            raise ValueError(f"group_timeout_s must be positive, got {self.group_timeout_s}")
+        if not 0 < self.demo_below <= 1:
+            raise ValueError(f"demo_below must be in (0, 1], got {self.demo_below}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +374,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -290,6 +393,7 @@ TRAIN_SECTION_DOCS = {
     "eval": "Held-out accuracy and early stopping.",
     "checkpoint": "Checkpoints for resuming and for using the adapter.",
     "log": "Metrics outputs.",
+    "online": "agent train --online and agent learner: the actors, their devices and the session's limits.",
 }
 
 

@@ -51,6 +51,7 @@ import torch
 
 from policy.backends.base import GenerationRequest
 from policy.presets import Decoding
+from train.config import RLConfig, TrainModelConfig
 from train.algos import grpo_advantages, kl_k3, policy_loss, rloo_advantages, token_logprobs, zero_std_groups
 from train.prefix import (ImageFeatures, UpdatePlan, encode_prompt, is_vision_parameter, prefix_logprobs,
                           response_inputs, vision_frozen)
@@ -63,7 +64,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Learner", "RolloutPrompt", "attach_lora", "encode_example", "rollout_groups"]
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+LORA_TARGETS = TrainModelConfig().lora_targets
 """The language model's attention projections (the vision tower's are named ``qkv`` / ``proj``: not matched)."""
 
 _DEFAULTS = {  # algo -> (clip_high, kl_coef), as released (docs/algorithms.md, "Defaults against the papers")
@@ -113,92 +114,71 @@ class Learner:
 
     Args:
         backend: the transformers backend whose model is trained in place (its generation then uses the update).
+        rl: the update's settings (``[rl]``: learning rate, clip bounds, KL weight, passes, staleness, importance
+            cap, schedule, shared prefix; unset fields take the algorithm's values). Default ``RLConfig()``.
+        model: how the model is fine-tuned (``[model]``: "lora", a peft adapter whose reference for the KL is the
+            adapter switched off, or "full", every weight, the vision tower too unless ``freeze_vision``; the adapter
+            created when the model has none; gradient checkpointing). Default ``TrainModelConfig()``.
         algo: "aepo" (InfiGUI-G1: RLOO advantages, clip 0.2/0.4, dual-clip 3, no KL) or "grpo" (GUI-R1: GRPO
             advantages, clip 0.2/0.2, dual-clip 3, k3 KL 0.01).
-        finetune: "lora" (a peft adapter; the reference for the KL is the adapter switched off) or "full" (every
-            weight; the vision tower too unless ``freeze_vision``).
-        lr: AdamW learning rate; default 1e-4 for LoRA, 1e-6 (the papers') for full fine-tuning.
-        clip_low / clip_high: PPO ratio bounds; clip_high defaults to 0.4 (aepo) or 0.2 (grpo).
-        kl_coef: weight of the k3 KL to the reference; defaults to 0.0 (aepo) or 0.01 (grpo).
-        ppo_epochs / minibatches: passes over each batch, and optimizer steps per pass (the batch's groups split
-            into that many shuffled mini-batches). 1 / 1 is both papers' setting.
-        max_staleness: drop samples whose adapter version is more than this many updates behind (None: keep all).
-        max_is_ratio: cap of the importance weight pi_old / pi_behaviour applied to off-policy samples.
-        max_grad_norm: gradient-norm clip. dual_clip: dual-clip bound for negative advantages (None: off).
-        weight_decay: AdamW weight decay (0.01 in both papers' verl setup).
-        warmup_steps / total_steps / schedule: learning-rate schedule, "constant" (both papers) or "cosine" (needs
-            total_steps); linear warm-up over warmup_steps optimizer steps.
-        gradient_checkpointing: trade compute for activation memory (for real model sizes on a GPU).
-        lora_rank / lora_alpha / lora_targets: the adapter created when the model has none (default: the language
-            model's q/k/v/o projections; add "lm_head" to adapt the output layer too).
-        adapter_name: the name of that adapter.
-        shared_prefix: score the answers to one prompt as continuations of one pass over the prompt
-            (``train.prefix``; the same log-probs and gradients); False runs prompt + answer once per answer.
+        total_steps: optimizer steps of the run, which a cosine schedule needs.
+        adapter_name: the name of the adapter created when the model has none.
         accelerator: an ``accelerate.Accelerator`` for several processes (None: this process alone).
         seed: seeds the mini-batch shuffling.
+
+    The learning rate defaults to 1e-4 for LoRA and 1e-6 (the papers') for full fine-tuning; ``clip_high`` to 0.4
+    (aepo) or 0.2 (grpo); ``kl_coef`` to 0.0 (aepo) or 0.01 (grpo).
     """
 
-    def __init__(self, backend: TransformersBackend, *, algo: Literal["aepo", "grpo"] = "aepo",
-                 finetune: Literal["lora", "full"] = "lora", lr: float | None = None,
-                 clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float | None = None,
-                 ppo_epochs: int = 1, minibatches: int = 1, max_staleness: int | None = None,
-                 max_is_ratio: float | None = 2.0, max_grad_norm: float = 1.0, dual_clip: float | None = 3.0,
-                 weight_decay: float = 0.0, warmup_steps: int = 0, total_steps: int | None = None,
-                 schedule: Literal["constant", "cosine"] = "constant", gradient_checkpointing: bool = False,
-                 freeze_vision: bool = False, lora_rank: int = 8, lora_alpha: int = 16,
-                 lora_targets: Sequence[str] = LORA_TARGETS, adapter_name: str = "learner",
-                 shared_prefix: bool = True, accelerator: Any = None, seed: int = 0) -> None:
+    def __init__(self, backend: TransformersBackend, rl: RLConfig | None = None, model: TrainModelConfig | None = None,
+                 *, algo: Literal["aepo", "grpo"] = "aepo", total_steps: int | None = None,
+                 adapter_name: str = "learner", accelerator: Any = None, seed: int = 0) -> None:
+        rl = RLConfig() if rl is None else rl
+        model = TrainModelConfig() if model is None else model
         if algo not in _DEFAULTS:
             raise ValueError(f"algo must be 'aepo' or 'grpo', got {algo!r}")
-        if finetune not in DEFAULT_LR:
-            raise ValueError(f"finetune must be 'lora' or 'full', got {finetune!r}")
-        if ppo_epochs < 1 or minibatches < 1:
-            raise ValueError(f"ppo_epochs and minibatches must be >= 1, got {ppo_epochs} and {minibatches}")
-        if max_staleness is not None and max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
-        if schedule not in ("constant", "cosine"):
-            raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
-        if schedule == "cosine" and not total_steps:
+        if rl.schedule == "cosine" and not total_steps:
             raise ValueError("a cosine schedule needs total_steps (the number of optimizer steps)")
         self.backend = backend
         self.algo = algo
-        self.finetune = finetune
-        self.lr = DEFAULT_LR[finetune] if lr is None else lr
-        self.clip_low = clip_low
-        self.clip_high = _DEFAULTS[algo][0] if clip_high is None else clip_high
-        self.kl_coef = _DEFAULTS[algo][1] if kl_coef is None else kl_coef
-        self.ppo_epochs = ppo_epochs
-        self.minibatches = minibatches
-        self.max_staleness = max_staleness
-        self.max_is_ratio = max_is_ratio
-        self.max_grad_norm = max_grad_norm
-        self.dual_clip = dual_clip
-        self.shared_prefix = shared_prefix
+        self.finetune = model.finetune
+        self.lr = DEFAULT_LR[model.finetune] if rl.lr is None else rl.lr
+        self.clip_low = rl.clip_low
+        self.clip_high = _DEFAULTS[algo][0] if rl.clip_high is None else rl.clip_high
+        self.kl_coef = _DEFAULTS[algo][1] if rl.kl_coef is None else rl.kl_coef
+        self.ppo_epochs = rl.ppo_epochs
+        self.minibatches = rl.minibatches
+        self.max_staleness = rl.max_staleness
+        self.max_is_ratio = rl.max_is_ratio
+        self.max_grad_norm = rl.max_grad_norm
+        self.dual_clip = rl.dual_clip
+        self.shared_prefix = rl.shared_prefix
         self.accelerator = accelerator
         self.steps = 0
         """Completed ``step()`` calls (the adapter version's count)."""
         self.optimizer_steps = 0
         self._rng = random.Random(seed)
         self._ref_model: Any = None
-        if finetune == "lora":
-            self.peft_model = self._attach_adapter(lora_rank, lora_alpha, list(lora_targets), adapter_name)
+        if model.finetune == "lora":
+            self.peft_model = self._attach_adapter(model.lora_rank, model.lora_alpha, list(model.lora_targets),
+                                                   adapter_name)
         else:
             self.peft_model = backend.model
             self.adapter_name = adapter_name
             for name, p in backend.model.named_parameters():
-                p.requires_grad_(not (freeze_vision and is_vision_parameter(name)))
+                p.requires_grad_(not (model.freeze_vision and is_vision_parameter(name)))
             if self.kl_coef > 0:
                 self._ref_model = copy.deepcopy(backend.model).eval().requires_grad_(False)
-        if gradient_checkpointing:
+        if model.gradient_checkpointing:
             backend.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if finetune == "lora":
+            if model.finetune == "lora":
                 backend.model.enable_input_require_grads()
         self.params = [p for p in self.peft_model.parameters() if p.requires_grad]
         if not self.params:
             raise RuntimeError("no trainable parameters: check lora_targets against the model's module names")
-        self.optimizer = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=rl.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _lr_lambda(warmup_steps, total_steps, schedule))
+            self.optimizer, _lr_lambda(rl.warmup_steps, total_steps, rl.schedule))
         self._train_model = self.peft_model
         if accelerator is not None:
             self._train_model, self.optimizer, self.scheduler = accelerator.prepare(

@@ -7,14 +7,14 @@ online sessions, ``model`` (the name it was loaded as, its architectures and par
 lack ``model``: the name then comes from the adapter's ``adapter_config.json`` (LoRA) and the rest from the saved
 model's ``config.json`` and safetensors headers (full fine-tuning).
 
-A model folder (``model.path``) says the same through its ``config.json`` (read by transformers' ``AutoConfig``,
+A model folder (``model.id``) says the same through its ``config.json`` (read by transformers' ``AutoConfig``,
 which knows every layout of it) and its safetensors headers. A hub id is looked up in the local cache only: a model
 that is not there yet is compared later, when it is loaded (``load_checkpoint`` checks the fingerprint again).
 
 ``check_checkpoint_model`` raises ``CheckpointError`` naming both models, e.g.::
 
     checkpoint runs/online-x/checkpoints/step-000004 was written for 'Qwen/Qwen2.5-VL-3B-Instruct' (qwen2_5_vl
-    Qwen2_5_VLForConditionalGeneration, hidden size 2048, 36 layers, ...), but model.path is 'tiny' (...)
+    Qwen2_5_VLForConditionalGeneration, hidden size 2048, 36 layers, ...), but model.id is 'tiny' (...)
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def describe_checkpoint(checkpoint: str | Path) -> ModelDescription:
 
 def check_checkpoint_model(checkpoint: str | Path, model: ModelDescription, *, finetune: str, setting: str) -> None:
     """``CheckpointError`` naming both models when ``checkpoint`` was written for another model than ``model`` (the
-    model the run's config names, ``setting`` says how: "model.path 'tiny'"), or with another fine-tuning mode."""
+    model the run's config names, ``setting`` says how: "model.id 'tiny'"), or with another fine-tuning mode."""
     theirs = describe_checkpoint(checkpoint)
     diff = [k for k in _ARCH_KEYS if k in theirs.fingerprint and theirs.fingerprint[k] != model.fingerprint.get(k)]
     if diff:
@@ -168,7 +168,7 @@ def describe_model(path: str, name: str = "") -> ModelDescription | None:
 
 def check_resume(config: Any, run_dir: str | Path) -> None:
     """Before a resumed run builds anything: ``CheckpointError`` when the newest checkpoint in ``run_dir`` is of
-    another model than ``config.model.path`` (or another fine-tuning mode). Nothing to compare (no checkpoint, a hub
+    another model than ``config.model.id`` (or another fine-tuning mode). Nothing to compare (no checkpoint, a hub
     model not cached yet) passes: ``load_checkpoint`` compares the fingerprints again once the model is loaded."""
     from train.build import model_preset
     from train.checkpoint import latest_checkpoint
@@ -177,10 +177,10 @@ def check_resume(config: Any, run_dir: str | Path) -> None:
     if checkpoint is None:
         return
     path, _ = model_preset(config)  # "tiny" is the run folder's tiny-model
-    model = describe_model(path, config.model.path)
+    model = describe_model(path, config.model.id)
     if model is None:
         log.info("cannot read %s's config without loading it; the checkpoint is compared with it once it is loaded",
-                 config.model.path)
+                 config.model.id)
         return
     check_checkpoint_model(checkpoint, model, finetune=config.model.finetune,
-                           setting="the config's model.path")
+                           setting="the config's model.id")

@@ -27,7 +27,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,7 +35,8 @@ import torch
 from policy.backends.base import GenerationRequest
 from policy.presets import Decoding
 from train.algos import token_logprobs
-from train.learner import LORA_TARGETS, RolloutPrompt, attach_lora, encode_example, rollout_groups
+from train.config import TrainModelConfig
+from train.learner import RolloutPrompt, attach_lora, encode_example, rollout_groups
 from train.samples import load_image, messages_with_image
 
 if TYPE_CHECKING:
@@ -82,22 +83,23 @@ class SupervisedLearner:
 
     Args:
         backend: the transformers backend whose model is trained in place.
-        finetune: "full" (every weight) or "lora" (the backend's active peft adapter, or a new one).
-        lr: AdamW learning rate; default 1e-5 for full fine-tuning, 1e-4 for LoRA.
+        model: how it is fine-tuned (``[model]``: "full", every weight, or "lora", the backend's active peft adapter
+            or a new one of ``lora_rank`` / ``lora_alpha`` / ``lora_targets``; gradient checkpointing). Default
+            ``TrainModelConfig(finetune="full")``.
+        lr: AdamW learning rate; default 1e-5 for full fine-tuning, 1e-4 for LoRA (``sft.lr``).
         weight_decay: AdamW weight decay.
         max_grad_norm: gradient-norm clip.
-        lora_rank / lora_alpha / lora_targets: the adapter created when the backend has none.
-        gradient_checkpointing: trade compute for activation memory.
         adapter_name: the name of a created adapter.
         accelerator: an ``accelerate.Accelerator`` for several processes (None: this process alone).
     """
 
-    def __init__(self, backend: TransformersBackend, *, finetune: Literal["full", "lora"] = "full",
-                 lr: float | None = None, weight_decay: float = 0.0, max_grad_norm: float = 1.0, lora_rank: int = 8,
-                 lora_alpha: int = 16, lora_targets: Sequence[str] = LORA_TARGETS,
-                 gradient_checkpointing: bool = False, adapter_name: str = "sft", accelerator: Any = None) -> None:
-        if finetune not in DEFAULT_SFT_LR:
-            raise ValueError(f"finetune must be 'full' or 'lora', got {finetune!r}")
+    def __init__(self, backend: TransformersBackend, model: TrainModelConfig | None = None, *,
+                 lr: float | None = None, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
+                 adapter_name: str = "sft", accelerator: Any = None) -> None:
+        model = TrainModelConfig(finetune="full") if model is None else model
+        finetune, lora_rank, lora_alpha, lora_targets = (model.finetune, model.lora_rank, model.lora_alpha,
+                                                         model.lora_targets)
+        gradient_checkpointing = model.gradient_checkpointing
         self.backend = backend
         self.finetune = finetune
         self.lr = DEFAULT_SFT_LR[finetune] if lr is None else lr

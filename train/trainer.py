@@ -131,7 +131,7 @@ class Trainer:
             seed=config.train.seed)) if c.enabled else None
         self.monitor = CollapseMonitor()
         e = config.eval
-        self.early = EarlyStopping(patience=e.patience, min_delta=e.min_delta, mode="max") if e.patience else None
+        self.early = EarlyStopping(patience=e.patience, min_delta=e.min_delta, mode="max") if e.patience is not None else None
         self.best: tuple[float, int] | None = None
 
     # -- set-up from a config ------------------------------------------------------------------
@@ -214,7 +214,14 @@ class Trainer:
         if not self.is_main:
             return
         save_checkpoint(self.run_dir, self.step, self.learner, self._trainer_state(),
-                        keep=self.config.checkpoint.keep or None)
+                        keep=self.config.checkpoint.keep)
+
+    def checkpoint_unless_saved(self) -> None:
+        """``checkpoint()``, unless no update ran yet or the newest checkpoint already holds this step (a run
+        stopped by Ctrl-C, an error or its end keeps what its finished updates learned, once)."""
+        latest = latest_checkpoint(self.run_dir)
+        if self.step and (latest is None or latest.name != f"step-{self.step:06d}"):
+            self.checkpoint()
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -306,9 +313,7 @@ class Trainer:
                         break
         except KeyboardInterrupt:
             # Ctrl-C: keep what the finished updates learned; --resume continues from here
-            if self.step and (latest_checkpoint(self.run_dir) is None
-                              or latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
-                self.checkpoint()
+            self.checkpoint_unless_saved()
             raise
         finally:
             if logger is not None:
@@ -318,9 +323,8 @@ class Trainer:
         if self.best is not None:
             result.best_accuracy, result.best_step = self.best
         if self.is_main:
-            if not result.stopped_early and self.step and (latest_checkpoint(self.run_dir) is None or
-                                                           latest_checkpoint(self.run_dir).name != f"step-{self.step:06d}"):
-                self.checkpoint()
+            if not result.stopped_early:
+                self.checkpoint_unless_saved()
             result.output = self._export()
         return result
 
@@ -328,7 +332,8 @@ class Trainer:
         result.final_accuracy = acc
         if math.isfinite(acc) and (self.best is None or acc > self.best[0]):
             self.best = (acc, self.step)
-        if self.config.train.stage == "sft" and self.config.sft.stop_accuracy and acc >= self.config.sft.stop_accuracy:
+        stop_at = self.config.sft.stop_accuracy
+        if self.config.train.stage == "sft" and stop_at is not None and acc >= stop_at:
             log.info("held-out accuracy %.3f reached sft.stop_accuracy %.3f: stopping SFT", acc,
                      self.config.sft.stop_accuracy)
             return True

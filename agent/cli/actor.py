@@ -17,7 +17,8 @@ import re
 import socket
 from typing import Any
 
-from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, device_arg, policy_arg, print_error
+from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, device_arg, policy_arg,
+                              positive_int, print_error)
 from agent.cli.fleet import add_bus_arguments, bus_settings
 
 NAME = "actor"
@@ -29,8 +30,8 @@ def add_parser(sub: Any) -> None:
         "Drive one device through an environment with the session's policy and send every scored sample to the "
         "learner (agent learner) over an MQTT broker, spooling to disk while the broker is away. Adapter versions "
         "are fetched from the learner, checked and loaded between steps (docs/fleet.md)."))
-    ac.add_argument("--device", type=device_arg, required=True, metavar="web|desktop|android[:SERIAL]",
-                    help="the device this actor drives")
+    ac.add_argument("--device", type=device_arg, required=True, metavar="DEVICE",
+                    help=f"the device this actor drives: {DEVICE_HELP}")
     ac.add_argument("--env", required=True, help="the environment it runs, e.g. generated/click (agent envs)")
     ac.add_argument("--policy", type=policy_arg, metavar="openai:URL",
                     help="act through an OpenAI-compatible policy server (vLLM with runtime LoRA) instead of the "
@@ -43,9 +44,9 @@ def add_parser(sub: Any) -> None:
                                                      "runs/actor-<name>; continued when it exists)")
     ac.add_argument("--group-level", choices=("step", "episode"), default="step",
                     help="as the learner's: step (n answers per screen) or episode (n episodes per task seed)")
-    ac.add_argument("--max-steps", type=int, default=0, metavar="N", help="step budget per episode (default: the env's)")
-    ac.add_argument("--episodes", type=int, default=0, metavar="N", help="stop after N episodes (default: never)")
-    ac.add_argument("--minutes", type=float, default=0.0, metavar="M", help="stop after M minutes (default: never)")
+    ac.add_argument("--max-steps", type=positive_int, metavar="N", help="step budget per episode (default: the env's)")
+    ac.add_argument("--episodes", type=positive_int, metavar="N", help="stop after N episodes (default: never)")
+    ac.add_argument("--minutes", type=float, metavar="M", help="stop after M minutes (default: never)")
     ac.add_argument("--spool-mb", type=int, default=2048, metavar="MB",
                     help="the spool's size limit: messages the broker has not acknowledged (default 2048)")
     ac.add_argument("--fsync", action="store_true", help="fsync every spooled message (survives a power cut)")
@@ -54,9 +55,9 @@ def add_parser(sub: Any) -> None:
     add_bus_arguments(ac)
 
 
-def _default_name(kind: str, serial: str) -> str:
+def _default_name(kind: str, address: str) -> str:
     host = socket.gethostname().split(".")[0]
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{host}-{kind}" + (f"-{serial}" if serial else ""))[:64].strip("-.")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{host}-{kind}" + (f"-{address}" if address else ""))[:64].strip("-.")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -64,21 +65,21 @@ def main(args: argparse.Namespace) -> int:
     from agent.errors import ConfigError, FleetError, OnlineError
     from agent.fleet.actor import ActorOptions, FleetActor
 
-    kind, serial = args.device
+    kind, address = args.device
     policy_kind, policy_url = args.policy or ("", "")
     if policy_kind and policy_kind != "openai":
         return print_error(f"--policy {policy_kind}: an actor acts with the session's model, in this process or "
                            f"through a server (openai:URL)")
-    name = args.name or _default_name(kind, serial)
+    name = args.name or _default_name(kind, address)
     try:
         config = load_train_config(args.config, [*args.overrides, 'train.stage="rl"'])
-        if not config.model.path:
-            raise ConfigError("model.path is empty: give the learner's config (--config) or --set model.path=...")
-        options = ActorOptions(name=name, env=args.env, device=kind, serial=serial, policy_url=policy_url,
+        if not config.model.id:
+            raise ConfigError("model.id is empty: give the learner's config (--config) or --set model.id=...")
+        options = ActorOptions(name=name, env=args.env, device=kind, address=address, policy_url=policy_url,
                                run_dir=args.run_dir or "", group_level=args.group_level, max_steps=args.max_steps,
                                spool_mb=args.spool_mb, fsync=args.fsync, compress="" if args.raw_frames else "zlib",
                                max_episodes=args.episodes,
-                               max_wall_s=args.minutes * 60)
+                               max_wall_s=None if args.minutes is None else args.minutes * 60)
         broker, key = bus_settings(args)
         actor = FleetActor(_with_run_dir(config, options), options, broker, key)
     except (ConfigError, FleetError, OnlineError, ValueError) as exc:
@@ -100,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _with_run_dir(config: Any, options: Any) -> Any:
-    """The actor's run folder is where the tiny test model is built too (``model.path = "tiny"``)."""
+    """The actor's run folder is where the tiny test model is built too (``model.id = "tiny"``)."""
     from dataclasses import replace
 
     run_dir = options.run_dir or f"runs/actor-{options.name}"

@@ -26,13 +26,44 @@ EXIT_OK, EXIT_EPISODE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def device_arg(text: str) -> tuple[str, str]:
-    """``--device``: web, desktop, android or android:SERIAL, as (kind, serial)."""
-    kind, _, rest = text.partition(":")
-    if kind in ("web", "desktop") and not rest:
-        return kind, ""
-    if kind == "android":
-        return kind, rest
-    raise argparse.ArgumentTypeError(f"{text!r} is not a device; use web, desktop, android or android:SERIAL")
+    """``--device``: a device kind, or ``KIND:ADDRESS`` for kinds with addresses (``android:SERIAL``), as (kind,
+    address); the forms come from ``devices.registry``."""
+    from devices.errors import UnknownDeviceKind
+    from devices.registry import parse_device
+
+    try:
+        kind, address = parse_device(text)
+    except UnknownDeviceKind as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return kind.name, address
+
+
+def device_kind_arg(text: str) -> str:
+    """``--device-kind``: the name of a registered device kind (``devices.registry``)."""
+    from devices.errors import UnknownDeviceKind
+    from devices.registry import device_kind
+
+    try:
+        return device_kind(text).name
+    except UnknownDeviceKind as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def device_overrides(kind: str, address: str) -> list[str]:
+    """The config overrides ``--device KIND[:ADDRESS]`` stands for: ``device.kind``, and the kind's address field
+    (``android.serial``)."""
+    from devices.registry import device_kind
+
+    out = [f"device.kind={json.dumps(kind)}"]
+    spec = device_kind(kind)
+    if address and spec.address_field:
+        out.append(f"{kind}.{spec.address_field}={json.dumps(address)}")
+    return out
+
+
+DEVICE_HELP = "a device kind, or KIND:ADDRESS (android:SERIAL); agent devices lists the kinds"
+"""``--device``'s help. The kinds are not listed here: building every command's parser must not import the device
+packages (``agent --help`` stays light); ``device_arg`` names them all when a value is wrong."""
 
 
 def policy_arg(text: str) -> tuple[str, str]:

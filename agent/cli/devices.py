@@ -1,5 +1,5 @@
-"""``agent devices``: the screens handeye can drive: monitors of the X display, phones on the adb server, and the
-browser the web device would use."""
+"""``agent devices``: the screens handeye can drive, per device kind (``devices.registry``): the browser the web device
+would use, monitors of the X display, phones on the adb server."""
 
 from __future__ import annotations
 
@@ -21,36 +21,20 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     from agent.config import load_config
     from agent.errors import AgentError
-    from devices.browser import find_browser
     from devices.errors import DeviceError
+    from devices.registry import all_device_kinds
 
     try:
         cfg = load_config(config_path(args.config), list(args.overrides))
     except AgentError as e:
         return print_error(str(e))
     console = make_console()
-    console.print("[bold]desktop[/] (--device desktop, desktop.monitor = N)")
-    try:
-        from devices.desktop import list_monitors
-
-        for m in list_monitors(cfg.desktop.display):
-            console.print(f"  monitor {m.index}: {m.width}x{m.height} at ({m.left}, {m.top})")
-    except (DeviceError, ImportError) as e:
-        console.print(f"  none: {plain(e)}", soft_wrap=True)
-    console.print("[bold]android[/] (--device android:SERIAL)")
-    try:
-        from devices.android import list_devices
-
-        phones = list_devices(cfg.android.adb_host, cfg.android.adb_port)
-        for phone in phones:
-            console.print(f"  {plain(phone)}")
-        if not phones:
-            console.print("  none connected (adb devices is empty)")
-    except (DeviceError, ImportError) as e:
-        console.print(f"  none: {plain(e)}", soft_wrap=True)
-    console.print("[bold]web[/] (--device web)")
-    try:
-        console.print(f"  {plain(find_browser(cfg.web.browser_path))}")
-    except DeviceError as e:
-        console.print(f"  none: {plain(e)}", soft_wrap=True)
+    for kind in all_device_kinds():
+        console.print(f"[bold]{kind.name}[/] (--device {' or --device '.join(kind.forms())}): {plain(kind.summary)}",
+                      soft_wrap=True)
+        try:
+            for line in kind.screens(cfg.section(kind.name)):
+                console.print(f"  {plain(line)}", soft_wrap=True)
+        except (DeviceError, ImportError, OSError) as e:
+            console.print(f"  none: {plain(e)}", soft_wrap=True)
     return EXIT_OK

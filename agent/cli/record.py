@@ -17,8 +17,8 @@ import asyncio
 import sys
 from typing import Any
 
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg, make_console,
-                              print_error, versions)
+from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
+                              device_overrides, make_console, print_error, versions)
 from agent.terminal import plain
 
 NAME = "record"
@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
         "and the element it hit (actor = human). End with the stop key (Control+Alt+S), by closing the browser, "
         "or with Ctrl-C. docs/recording.md has the whole picture."))
     rec.add_argument("task", help='what the person is about to do, e.g. "Subscribe to the newsletter"')
-    rec.add_argument("--device", type=device_arg, metavar="DEVICE", help="web (default), desktop, or android[:SERIAL]")
+    rec.add_argument("--device", type=device_arg, metavar="DEVICE", help=f"{DEVICE_HELP} (default web)")
     rec.add_argument("--url", help="the start page on the web (default: the built-in demo page)")
     rec.add_argument("--headless", action="store_true", help="no browser window (for a program playing the person)")
     rec.add_argument("--pause-key", default="Control+Alt+p", help="pauses and resumes the recording")
@@ -56,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.runs_dir:
         overrides.insert(0, f"record.runs_dir={json.dumps(args.runs_dir)}")
-    kind, serial = args.device or ("web", "")
+    if args.device is not None:
+        overrides[:0] = device_overrides(*args.device)
     try:
         cfg = load_config(config_path(args.config), overrides)
         secrets = Secrets(dict(cfg.secrets))
@@ -64,8 +65,8 @@ def main(args: argparse.Namespace) -> int:
         if args.make_task:  # a bad or taken name is refused before the person does the task
             from agent.derived_tasks import TaskMaker
 
-            maker = TaskMaker(args.make_task, args.tasks_dir, kind=kind)
-        recorder, site = make_recorder(cfg, kind, serial, args)
+            maker = TaskMaker(args.make_task, args.tasks_dir, kind=cfg.device.kind)
+        recorder, site = make_recorder(cfg, args)
     except (AgentError, ValueError, OSError) as e:
         return print_error(str(e))
     if maker is not None:
@@ -78,47 +79,31 @@ def main(args: argparse.Namespace) -> int:
             site.close()
 
 
-def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) -> tuple[Any, Any]:
-    """The recorder for ``kind`` (and the built-in pages' server when the web recording starts on them)."""
-    from dataclasses import replace
-
+def make_recorder(cfg: Any, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The recorder of the configured device kind (``devices.registry``), and the built-in pages' server when a
+    recording on a device that opens pages starts on them."""
     from agent.errors import ConfigError
+    from devices.registry import RecordOptions, device_kind
 
-    if kind != "web" and args.url:
-        raise ConfigError(f"--url is for the web; the {kind} device is recorded as it is")
-    if kind == "desktop":
-        from devices.desktop import DesktopRecordConfig, DesktopRecorder
-
-        return DesktopRecorder(cfg.desktop, DesktopRecordConfig(pause_keys=args.pause_key,
-                                                                stop_keys=args.stop_key)), None
-    if kind == "android":
-        return android_recorder(cfg, serial), None
-    from devices.web import PlaywrightDevice, check_url
-    from devices.web_recorder import WebRecorder
-
-    site = None
-    url = args.url
-    if url:
-        check_url(url)
-    else:
+    kind = device_kind(cfg.device.kind)
+    if kind.recorder is None:
+        raise ConfigError(f"the {kind.name} device cannot record a person's demonstration yet")
+    if not kind.opens_url and args.url:
+        raise ConfigError(f"--url is for a device that opens pages (the web); the {kind.name} device is recorded as "
+                          f"it is")
+    site, url = None, args.url or ""
+    if kind.opens_url and not url:
         from envs.site import LocalSite
 
         site = LocalSite()
         url = site.url("demo.html")
-    web = replace(cfg.web, headless=bool(args.headless))
-    return WebRecorder(PlaywrightDevice(web, cfg.settle), url, pause_key=args.pause_key,
-                       stop_key=args.stop_key), site
-
-
-def android_recorder(cfg: Any, serial: str) -> Any:
-    """The phone's recorder (its getevent stream and UI dumps); the terminal's Ctrl-C ends the recording."""
-    from dataclasses import replace
-
-    from devices.android import AndroidDevice
-    from devices.android.recorder import AndroidRecorder
-
-    config = replace(cfg.android, serial=serial) if serial else cfg.android
-    return AndroidRecorder(AndroidDevice(config, cfg.settle))
+    options = RecordOptions(url=url, headless=bool(args.headless), pause_key=args.pause_key, stop_key=args.stop_key)
+    try:
+        return kind.recorder(cfg.section(), cfg.settle, options), site
+    except BaseException:
+        if site is not None:
+            site.close()
+        raise
 
 
 def _stop_key(recorder: Any) -> str:
@@ -176,7 +161,7 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
     print_summary(console, record_, writer.path)
     if maker is not None and stopped_by:
         console.print("no task made: the recording was interrupted; end it with the stop key to make a task")
-    elif maker is not None and not maker.finish(console, recorder, writer.path, cfg.web):
+    elif maker is not None and not maker.finish(console, recorder, writer.path, cfg.section()):
         return EXIT_EPISODE_FAILED
     if stopped_by:
         from agent.signals import exit_code

@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg, make_console,
+from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
+                              device_overrides, make_console,
                               print_error, terminal_person, versions)
 from agent.terminal import plain
 
@@ -54,7 +55,7 @@ def add_parser(sub: Any) -> None:
         "replay.json in the replay's run folder. docs/recording.md has the whole picture."))
     rep.add_argument("episode", help="an episode folder (runs/<run>/ep0000), or a run folder with one episode")
     rep.add_argument("--device", type=device_arg, metavar="DEVICE",
-                     help="web, desktop, or android[:SERIAL] (default: the device the episode was recorded on)")
+                     help=f"{DEVICE_HELP} (default: the device the episode was recorded on)")
     rep.add_argument("--url", help="web: the start page (default: the page of the first recorded step)")
     rep.add_argument("--secret-for", type=secret_for_arg, action="append", default=[], metavar="SELECTOR=NAME",
                      help="type the secret NAME (config [secrets]) where the recording masked the text typed into "
@@ -75,16 +76,25 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     from agent.config import load_config
     from agent.errors import AgentError
+    from devices.errors import DeviceError
+    from devices.registry import device_kind
     from envs.errors import RecordError, RecordFormatError
 
     try:
         episode = find_episode(args.episode)
-        kind, serial = args.device or (str((episode.record.device or {}).get("kind") or "web"), "")
-        url = start_url(episode, args.url) if kind == "web" else ""
-        cfg = load_config(config_path(args.config), overrides(args, kind, serial, url))
-    except (AgentError, RecordFormatError, RecordError, ValueError, OSError) as e:
+        kind, address = args.device or (recorded_kind(episode), "")
+        url = start_url(episode, args.url) if device_kind(kind).opens_url else ""
+        cfg = load_config(config_path(args.config), overrides(args, kind, address, url))
+    except (AgentError, DeviceError, RecordFormatError, RecordError, ValueError, OSError) as e:
         return print_error(str(e))
     return replay(cfg, episode, args)
+
+
+def recorded_kind(episode: Any) -> str:
+    """The device kind the episode was recorded on (its ``device.kind``; the default device when it names none)."""
+    from devices.registry import DEFAULT_KIND
+
+    return str((episode.record.device or {}).get("kind") or DEFAULT_KIND)
 
 
 def find_episode(path: str) -> Any:
@@ -120,10 +130,8 @@ def start_url(episode: Any, given: str | None) -> str:
         raise ConfigError(str(e)) from None
 
 
-def overrides(args: argparse.Namespace, kind: str, serial: str, url: str) -> list[str]:
-    out = [f"device.kind={json.dumps(kind)}"]
-    if serial:
-        out.append(f"android.serial={json.dumps(serial)}")
+def overrides(args: argparse.Namespace, kind: str, address: str, url: str) -> list[str]:
+    out = device_overrides(kind, address)
     if url:
         out.append(f"device.url={json.dumps(url)}")
     if args.headed:

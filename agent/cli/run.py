@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agent.builders import build_device, build_guard, build_policy, close_policy
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
-                              flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
+from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path,
+                              device_arg, device_overrides, flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
                               terminal_person, versions)
 
 NAME = "run"
@@ -34,7 +33,7 @@ def add_parser(sub: Any) -> None:
         "the built-in demo page is used, whose tasks are checked by code."))
     run.add_argument("task", nargs="?", help='the instruction, e.g. "Click the Subscribe button" (default: the demo task)')
     run.add_argument("--device", type=device_arg, metavar="DEVICE",
-                     help="web, desktop, or android[:SERIAL] (config: device.kind, android.serial)")
+                     help=f"{DEVICE_HELP} (config: device.kind, and the kind's address: android.serial)")
     run.add_argument("--url", help="start page for the web device (config: device.url)")
     run.add_argument("--policy", type=policy_arg, metavar="POLICY",
                      help="who decides: ocr, scripted, transformers:PATH_OR_ID or openai:URL (config: policy.kind, "
@@ -73,10 +72,7 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
     """The config overrides the flags stand for, then the ``--set`` ones (which win)."""
     out: list[str] = []
     if args.device is not None:
-        kind, serial = args.device
-        out.append(f"device.kind={json.dumps(kind)}")
-        if serial:
-            out.append(f"android.serial={json.dumps(serial)}")
+        out += device_overrides(*args.device)
     if args.policy is not None:
         out += policy_overrides(*args.policy)
     out += flag_overrides(args, FLAG_KEYS)
@@ -136,15 +132,19 @@ def _target(cfg: Any, task: str | None) -> tuple[str, str, Any, Any]:
     device, the built-in demo pages are served and the task may be one of theirs (given by name or instruction)."""
     from agent.errors import ConfigError
     from devices.errors import NavigationError
+    from devices.registry import device_kind
     from devices.web import check_url
     from envs.site import LocalSite
     from envs.tasks import BUILTIN_TASKS, DEFAULT_TASK, find_builtin
 
-    if cfg.device.kind != "web":
+    kind = device_kind(cfg.device.kind)
+    if not kind.opens_url:
         if cfg.device.url:
-            raise ConfigError(f"--url is for the web device; the {cfg.device.kind} device starts on its own screen")
+            raise ConfigError(f"--url is for a device that opens pages (the web); the {kind.name} device starts on "
+                              f"its own screen")
         if not task:
-            raise ConfigError(f'give the task to do, e.g. agent run "Open the settings" --device {cfg.device.kind}')
+            raise ConfigError(f'give the task to do, e.g. agent run "{kind.start_hint or "Open the settings"}" '
+                              f'--device {kind.name}')
         return task, "", None, None
     if cfg.device.url:
         if not task:
@@ -224,9 +224,11 @@ def execute(cfg: Any, plan: RunPlan) -> int:
 
 
 def _screen_reader(cfg: Any) -> Any:
-    """OCR for the guard on the desktop, which cannot say what is under a point itself (None without the OCR
-    engine: the guard then cannot tell an irreversible target there, as docs/security.md says)."""
-    if cfg.device.kind != "desktop":
+    """OCR for the guard on a device that cannot say what is under a point itself (the desktop; None elsewhere, and
+    without the OCR engine: the guard then cannot tell an irreversible target there, as docs/security.md says)."""
+    from devices.registry import device_kind
+
+    if device_kind(cfg.device.kind).reads_elements:
         return None
     try:
         import rapidocr  # noqa: F401

@@ -12,8 +12,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, existing, positive_int, print_error,
-                               resume_run_dir)
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, device_kind_arg, existing, positive_int,
+                              print_error, resume_run_dir)
 from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
@@ -28,7 +28,8 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
     on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
     on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
     on.add_argument("--devices", type=positive_int, help="actors, each with its own device (default 2)")
-    on.add_argument("--device-kind", choices=("web", "desktop", "android"), help="the actors' devices (default web)")
+    on.add_argument("--device-kind", type=device_kind_arg, metavar="KIND",
+                    help="the actors' device kind (default web; agent devices lists the kinds)")
     on.add_argument("--group-level", choices=("step", "episode"),
                     help="step: n answers per screen scored by the step verifier (default); episode: n episodes "
                          "per task seed scored by the task checker")
@@ -63,37 +64,39 @@ def main(args: argparse.Namespace) -> int:
 
 
 def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(training config, online settings): the flags given override the saved settings of a resumed session. A
-    resumed session whose checkpoint is of another model than the config's is refused here (``CheckpointError``),
-    before a learner, a version server or an actor starts."""
+    """(training config, its online settings): the config file's ``[online]`` and the ``--set online.*`` overrides,
+    then the flags given (which win). A resumed session starts from its saved settings. A resumed session whose
+    checkpoint is of another model than the config's is refused here (``CheckpointError``), before a learner, a
+    version server or an actor starts."""
     from agent.config import load_train_config
     from agent.errors import ConfigError
-    from agent.online import OnlineConfig, load_session
+    from agent.online import load_session, online_overrides
     from train.config import with_run_dir
     from train.model_identity import check_resume
 
-    explicit = {k: v for k, v in {
+    explicit = online_overrides({k: v for k, v in {
         "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
         "max_policy_lag": args.max_policy_lag, "demos": args.demos, "demo_share": args.demo_share,
         "max_wall_s": None if args.minutes is None else args.minutes * 60,
-        "group_timeout_s": args.group_timeout}.items() if v is not None}
+        "group_timeout_s": args.group_timeout}.items() if v is not None})
     run_dir_flag = [f"train.run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
     if args.resume:
         configured = load_train_config(args.config, [*args.overrides, *run_dir_flag]).train.run_dir
         run_dir, _ = resume_run_dir(args.resume, configured, "online")
-        saved, online = load_session(run_dir)
-        online = replace(online, **explicit)
-        config = load_train_config(None, [*saved, *args.overrides, f"train.run_dir={json.dumps(str(run_dir))}"])
+        config = load_train_config(None, [*load_session(run_dir), *args.overrides, *explicit,
+                                          f"train.run_dir={json.dumps(str(run_dir))}"])
         check_resume(config, run_dir)
-        return config, online
-    if "env" not in explicit:
-        raise ConfigError("agent train --online needs --env ENV (e.g. generated/click; agent envs lists them)")
-    config = load_train_config(args.config, [*args.overrides, *run_dir_flag, 'train.stage="rl"'])
-    if not config.model.path:  # before the run folder exists: nothing is left behind
-        raise ConfigError("model.path is empty: name the model to train (a local folder or a hub id, e.g. "
-                          "--set model.path='\"Qwen/Qwen2.5-VL-3B-Instruct\"'), or --set model.path='\"tiny\"' "
+        return config, config.online
+    config = load_train_config(args.config, [*args.overrides, *run_dir_flag, *explicit, 'train.stage="rl"'])
+    if not config.online.env:
+        raise ConfigError("agent train --online needs the environment the actors run: --env ENV (or online.env; e.g. "
+                          "generated/click; agent envs lists them)")
+    if not config.model.id:  # before the run folder exists: nothing is left behind
+        raise ConfigError("model.id is empty: name the model to train (a local folder or a hub id, e.g. "
+                          "--set model.id='\"Qwen/Qwen2.5-VL-3B-Instruct\"'), or --set model.id='\"tiny\"' "
                           "for the tiny random test model")
-    return with_run_dir(config, "online"), OnlineConfig(**explicit)
+    config = with_run_dir(config, "online")
+    return config, config.online
 
 
 def run_session(args: argparse.Namespace, config: Any, online: Any, *, transport: Any = None) -> int:
@@ -137,7 +140,7 @@ def _print_result(console: Any, result: Any) -> None:
                   f"{result.restarts} device restarts, {len(result.dropped_actors)} actors dropped")
     if not result.updates and result.no_signal:
         console.print(f"no update: the {result.no_signal} groups received had no reward spread (every answer of a "
-                      f"group scored the same), so there was nothing to learn from. A random model (model.path "
+                      f"group scored the same), so there was nothing to learn from. A random model (model.id "
                       f"\"tiny\") never answers in format: it checks the wiring, not learning.")
     files = existing(result.run_dir, ("report.html", "online_curve.png", "curves.png", "checkpoints/", "adapter/",
                                       "tb/"))

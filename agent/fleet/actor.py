@@ -33,10 +33,11 @@ from agent.fleet.spool import Spool
 from agent.fleet.versions import fetch_version
 from agent.online.actors import OnlineActor, step_rule
 from agent.online.context import ActorContext, ActorSettings, Counters
-from agent.online.settings import DEVICE_KINDS
+from agent.online.settings import env_device_kind
 from agent.online.tasks import Jobs, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
 from agent.signals import StopSignals
+from devices.registry import DEFAULT_KIND
 from envs.trajectory import RunWriter
 
 log = logging.getLogger(__name__)
@@ -48,16 +49,18 @@ class ActorOptions:
 
     name: str
     env: str
-    device: str = "web"
-    """web, desktop or android."""
-    serial: str = ""
-    """android: the phone's adb serial."""
+    device: str = DEFAULT_KIND
+    """The device kind it drives (``devices.registry``)."""
+    address: str = ""
+    """The device's address, for kinds that take one (android: the phone's adb serial); "" for the kind's
+    default."""
     policy_url: str = ""
     """An OpenAI-compatible server (vLLM) to act with, instead of the model in this process."""
     run_dir: str = ""
     """Default: runs/actor-<name> (continued when it exists: its spool is sent first)."""
     group_level: str = "step"
-    max_steps: int = 0
+    max_steps: int | None = None
+    """Step budget per episode; None = the environment's."""
     max_restarts: int = 2
     max_pending: int = 256
     """Spooled messages at which the actor pauses until the broker has taken some."""
@@ -65,13 +68,18 @@ class ActorOptions:
     fsync: bool = False
     compress: str = "zlib"
     """How frames travel: "zlib" (lossless, 10-30x fewer bytes) or "" (raw pixels: less CPU, more bandwidth)."""
-    max_episodes: int = 0
-    max_wall_s: float = 0.0
+    max_episodes: int | None = None
+    """Stop after this many episodes; None = never."""
+    max_wall_s: float | None = None
+    """Stop after this many seconds; None = never."""
 
     def __post_init__(self) -> None:
         check_actor_name(self.name)
-        if self.device not in ("web", "desktop", "android"):
-            raise ValueError(f"--device {self.device!r} is not web, desktop or android[:SERIAL]")
+        from devices.registry import device_kind
+
+        kind = device_kind(self.device)  # UnknownDeviceKind (a ValueError) naming the closest kind
+        if self.address and not kind.address:
+            raise ValueError(f"the {kind.name} device takes no address; use --device {kind.name}")
         if self.group_level not in ("step", "episode"):
             raise ValueError(f"group_level {self.group_level!r} is not step or episode")
 
@@ -97,7 +105,7 @@ class FleetActor:
     """One actor process (see the module docstring). ``await run()`` until ``stop()`` or a limit."""
 
     def __init__(self, config: Any, options: ActorOptions, broker: BrokerConfig, key: bytes) -> None:
-        runs_on = _device_kind(options.env)
+        runs_on = env_device_kind(options.env)
         if runs_on != options.device:
             raise OnlineError(f"{options.env} runs on a {runs_on or 'unknown'} device, not --device {options.device}")
         if options.policy_url and config.model.finetune == "full":
@@ -137,7 +145,9 @@ class FleetActor:
         elapsed = time.monotonic() - self._t0
         refused = (len(self.follower.refused) if self.follower else 0) + (
             self.transport.counts_now().get("bad_signature", 0) if self.transport else 0)
-        return {"device": f"android:{o.serial}" if o.device == "android" and o.serial else o.device,
+        from devices.registry import device_kind
+
+        return {"device": device_kind(o.device).selector(o.address),
                 "host": socket.gethostname(), "refused": refused,
                 "steps_per_s": round(a.decisions / elapsed, 3) if a is not None and elapsed > 0 else 0.0}
 
@@ -152,8 +162,8 @@ class FleetActor:
         if self.options.policy_url:
             from agent.fleet.served import ServedAdapters, load_served
 
-            _, preset = model_preset(cfg)  # the server serves model.path under that name (vllm serve MODEL)
-            backend: Any = ServedAdapters(self.options.policy_url, cfg.model.path, folder_root=self.run_dir / "served")
+            _, preset = model_preset(cfg)  # the server serves model.id under that name (vllm serve MODEL)
+            backend: Any = ServedAdapters(self.options.policy_url, cfg.model.id, folder_root=self.run_dir / "served")
             load: Any = load_served
         else:
             backend = build_backend(cfg)
@@ -164,7 +174,7 @@ class FleetActor:
     def _context(self, run: RunWriter, model_policy: Any, clock: VersionClock) -> ActorContext:
         o, cfg = self.options, self.config
         session_id = f"{o.name}-{int(time.time()):x}"
-        settings = ActorSettings(env=o.env, device_kind=o.device, serials=(o.serial,) if o.serial else (),
+        settings = ActorSettings(env=o.env, device_kind=o.device, addresses=(o.address,) if o.address else (),
                                  max_steps=o.max_steps, group_level=o.group_level, group_size=cfg.rl.group_size,
                                  max_restarts=o.max_restarts, session_id=session_id, reward=self.step_rule)
         seed = cfg.train.seed * 1_000_003 + zlib.crc32(o.name.encode())  # each actor its own order of the seeds
@@ -240,15 +250,6 @@ class FleetActor:
 
     def _limit_reached(self) -> bool:
         o, a = self.options, self.actor
-        return bool((o.max_episodes and a is not None and a.episodes >= o.max_episodes)
-                    or (o.max_wall_s and time.monotonic() - self._t0 >= o.max_wall_s))
+        return bool((o.max_episodes is not None and a is not None and a.episodes >= o.max_episodes)
+                    or (o.max_wall_s is not None and time.monotonic() - self._t0 >= o.max_wall_s))
 
-
-def _device_kind(env: str) -> str:
-    from envs.registry import spec
-
-    try:
-        s = spec(env)
-    except KeyError as exc:
-        raise OnlineError(str(exc)) from None
-    return s.device_kind or DEVICE_KINDS.get(s.suite, "")

@@ -52,10 +52,10 @@ from agent.online.actors import OnlineActor, step_reward
 from agent.online.curve import curve_points, plot_online_curve
 from agent.online.results import OnlineResult
 from agent.online.session import OnlineSession
-from agent.online.settings import DEVICE_KINDS, OnlineConfig, OnlineError, config_overrides, load_session
+from agent.online.settings import OnlineConfig, OnlineError, config_overrides, load_session, online_overrides
 from agent.online.tasks import TaskDraw, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
 
-__all__ = ["DEVICE_KINDS", "OnlineActor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
-           "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session",
+__all__ = ["OnlineActor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
+           "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session", "online_overrides",
            "plot_online_curve", "step_reward"]

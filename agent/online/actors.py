@@ -28,6 +28,10 @@ from train.samples import TrainSample
 
 log = logging.getLogger(__name__)
 
+DEVICE_START_TIMEOUT_S = 60.0
+"""Seconds an actor's device may take to start (a browser's launch, a phone's first frame) before it counts as a
+failed start."""
+
 
 STEP_RULES = {"aepo": "aepo", "aepo_paper": "aepo", "guir1": "guir1", "guir1_paper": "guir1"}
 """``data.reward`` -> the rule the online step reward follows (``step_reward``). The offline rewards of those names
@@ -270,19 +274,17 @@ class OnlineActor:
     async def _ensure_env(self) -> Any:
         if self.env is not None:
             return self.env
+        from devices.registry import device_kind
+        from devices.settle import SettleConfig
         from envs.registry import make
 
-        settings, kwargs = self.ctx.settings, {}
-        if settings.device_kind == "web":
-            from devices.web import PlaywrightDevice, WebConfig
-
-            device = PlaywrightDevice(WebConfig())
-            await asyncio.wait_for(device.start(), timeout=60)
-            self.device = device
-            kwargs["device"] = device
-        elif settings.device_kind == "android" and settings.serials:
-            kwargs["serial"] = settings.serials[self.index]
-        self.env = make(settings.env, max_steps=settings.max_steps or None, **kwargs)
+        settings = self.ctx.settings
+        kind = device_kind(settings.device_kind)
+        address = settings.addresses[self.index] if self.index < len(settings.addresses) else ""
+        device = kind.build(kind.configured(kind.config(), address), SettleConfig())
+        self.device = device
+        await asyncio.wait_for(device.start(), timeout=DEVICE_START_TIMEOUT_S)
+        self.env = make(settings.env, max_steps=settings.max_steps, device=device)  # lent: the actor closes it
         return self.env
 
     async def _close_env(self) -> None:

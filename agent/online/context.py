@@ -44,11 +44,12 @@ class ActorSettings:
     env: str
     """The registered environment every episode runs."""
     device_kind: str
-    """web, desktop or android."""
-    serials: tuple[str, ...]
-    """Android phone serials, one per actor."""
-    max_steps: int
-    """Step budget per episode (0: the environment's own)."""
+    """The actors' device kind (``devices.registry``)."""
+    addresses: tuple[str, ...]
+    """The devices' addresses, one per actor, for kinds that take one (android: phone serials); () for the default
+    device of the kind."""
+    max_steps: int | None
+    """Step budget per episode (None: the environment's own)."""
     group_level: str
     """step (n answers per screen) or episode (n episodes per task seed)."""
     group_size: int
@@ -101,8 +102,8 @@ class LearnerContext:
     versions: VersionClock
     filter: Any
     """``train.config`` FilterConfig: which groups have nothing to learn from."""
-    max_policy_lag: int
-    """Samples more than this many versions behind the learner are dropped (-1 keeps all)."""
+    max_policy_lag: int | None
+    """Samples more than this many versions behind the learner are dropped (None keeps all)."""
     prompts_per_batch: int
     """Groups per update."""
     stopping: Callable[[], bool]

@@ -62,13 +62,8 @@ class LearnerLoop:
 
     def _emergency_checkpoint(self) -> None:
         """After an error: the last completed update's state, unless a checkpoint of it exists already."""
-        from train.checkpoint import latest_checkpoint
-
-        t = self.trainer
         try:
-            latest = latest_checkpoint(t.run_dir)
-            if t.step and (latest is None or latest.name != f"step-{t.step:06d}"):
-                t.checkpoint()
+            self.trainer.checkpoint_unless_saved()
         except Exception as exc:  # the run is failing already; say so and keep the first error
             log.error("writing a checkpoint after the learner error failed too: %s: %s", type(exc).__name__, exc)
 
@@ -118,7 +113,7 @@ class LearnerLoop:
             self.buffered = len(batch)
             if len(batch) < per_batch:
                 continue
-            if lag >= 0:  # staleness is judged now, right before the update that would use them
+            if lag is not None:  # staleness is judged now, right before the update that would use them
                 fresh = []
                 for g in batch:
                     kept = [x for x in g if learner.staleness(x) <= lag]

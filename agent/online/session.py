@@ -21,7 +21,7 @@ from agent.online.curve import plot_online_curve
 from agent.online.demos import session_replay
 from agent.online.learner import LearnerLoop
 from agent.online.results import EpisodeStats, OnlineResult, finite, previous_curve
-from agent.online.settings import (DEVICE_KINDS, SESSION_FILE, OnlineConfig, OnlineError, config_overrides,
+from agent.online.settings import (SESSION_FILE, OnlineConfig, OnlineError, check_actors, config_overrides,
                                    online_json)
 from agent.online.tasks import Jobs, LockedCurriculum, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
@@ -40,45 +40,33 @@ class OnlineSession:
     Args:
         config: the training config (model, RL update, outputs in ``train.run_dir``); stage rl, LoRA or full
             fine-tuning (versions of full weights, copied into the actors' model in place: docs/online.md).
-        online: the session's settings.
+        online: the session's settings (default: ``config.online``, the ``[online]`` section); given, they replace
+            that section.
         resume: continue the run in ``train.run_dir`` from its last checkpoint.
         transport: how actors and learner talk (default: in-process queues).
         progress: called with each progress line (default: logged).
         logits_processor_factory: constrained decoding for the actors' backend (``TransformersBackend``'s).
     """
 
-    def __init__(self, config: Any, online: OnlineConfig, *, resume: bool = False,
+    def __init__(self, config: Any, online: OnlineConfig | None = None, *, resume: bool = False,
                  transport: Transport | None = None, progress: Callable[[str], None] | None = None,
                  logits_processor_factory: Callable[[Any], Any] | None = None) -> None:
         if config.train.stage != "rl":
             raise OnlineError(f"online sessions train with RL; train.stage is {config.train.stage!r}: set it to rl")
         self.step_rule = step_rule(config.data.reward)  # data.reward without an online form: refused before anything
-        from envs.registry import spec
-
-        try:
-            env_spec = spec(online.env)
-        except KeyError as exc:
-            raise OnlineError(str(exc)) from None
-        runs_on = env_spec.device_kind or DEVICE_KINDS.get(env_spec.suite)  # derived tasks say theirs
-        if runs_on != online.device_kind and not online.remote_actors:  # a fleet's actors check their own
-            raise OnlineError(f"{online.env} runs on a {runs_on or 'unknown'} device, not "
-                              f"--device-kind {online.device_kind}" + (
-                                  "; no registered environment runs on the desktop yet"
-                                  if online.device_kind == "desktop" else ""))
-        if online.device_kind == "desktop" and online.devices > 1 and not online.remote_actors:
-            raise OnlineError(f"{online.devices} desktop actors in one process would share one screen: run one here "
-                              f"(--devices 1), and more as agent actor processes on displays of their own "
-                              f"(docs/fleet.md)")
-        if online.device_kind == "android" and online.devices > 1 and len(online.serials) < online.devices:
-            raise OnlineError(f"{online.devices} android actors need {online.devices} phone serials "
-                              f"(OnlineConfig.serials), got {len(online.serials)}")
+        online = config.online if online is None else online
+        if not online.env:
+            raise OnlineError("online.env is empty: name the environment the actors run (--env ENV; agent envs lists "
+                              "them)")
+        if not online.remote_actors:  # a fleet's actors check their own device
+            check_actors(online.env, online.device_kind, online.devices, online.serials)
         self.online = online
         self.resume = resume
         config = with_run_dir(config, "online")  # an empty train.run_dir: a new runs/online-<time>
         overrides: dict[str, Any] = {"resume": "auto" if resume else ""}
         self.config = replace(
-            config, train=replace(config.train, **overrides), log=replace(config.log, progress=False),
-            rl=replace(config.rl, max_staleness=online.max_policy_lag if online.max_policy_lag >= 0 else -1))
+            config, train=replace(config.train, **overrides), log=replace(config.log, progress=False), online=online,
+            rl=replace(config.rl, max_staleness=online.max_policy_lag))
         self.run_dir = Path(self.config.train.run_dir)
         if resume:  # a checkpoint of another model is refused now, before any model, actor or browser starts
             from train.model_identity import check_resume
@@ -139,9 +127,9 @@ class OnlineSession:
         ``max_pending``. Past it, samples would wait for more than ``max_policy_lag`` updates and be dropped as
         stale, so making more of them would only waste the devices' time."""
         per_message = self.config.rl.group_size if self.online.group_level == "episode" else 1
-        limit = self.online.max_pending or (
-            self.config.rl.prompts_per_batch * max(1, self.online.max_policy_lag) * per_message
-            if self.online.max_policy_lag >= 0 else 4 * self.config.rl.prompts_per_batch * per_message)
+        lag = self.online.max_policy_lag
+        limit = self.online.max_pending or self.config.rl.prompts_per_batch * per_message * (
+            4 if lag is None else max(1, lag))
         while not self.stopping and self.transport.pending_groups() + self._learner_backlog(per_message) >= limit:
             await asyncio.sleep(0.02)
 
@@ -182,7 +170,7 @@ class OnlineSession:
         from train.trainer import Trainer, build_backend
 
         cfg, online = self.config, self.online
-        if online.torch_threads:
+        if online.torch_threads is not None:
             import torch
 
             torch.set_num_threads(online.torch_threads)
@@ -216,7 +204,7 @@ class OnlineSession:
 
     def _actor_context(self) -> ActorContext:
         o = self.online
-        settings = ActorSettings(env=o.env, device_kind=o.device_kind, serials=tuple(o.serials),
+        settings = ActorSettings(env=o.env, device_kind=o.device_kind, addresses=tuple(o.serials),
                                  max_steps=o.max_steps, group_level=o.group_level,
                                  group_size=self.config.rl.group_size, max_restarts=o.max_restarts,
                                  session_id=self.session_id, reward=self.step_rule)
@@ -364,9 +352,9 @@ class OnlineSession:
                     self._progress_line()
                 o = self.online
                 snap = self.stats.snapshot()
-                if o.max_episodes and snap["episodes"] >= o.max_episodes:
+                if o.max_episodes is not None and snap["episodes"] >= o.max_episodes:
                     self.request_stop("max-episodes")
-                if o.max_wall_s and self._t0 is not None and time.perf_counter() - self._t0 >= o.max_wall_s:
+                if o.max_wall_s is not None and self._t0 is not None and time.perf_counter() - self._t0 >= o.max_wall_s:
                     self.request_stop("max-wall")
                 if self.online.remote_actors:
                     self._remote_acting()

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-size", type=int)
     ap.add_argument("--test-size", type=int)
     ap.add_argument("--sft-dir", type=Path, help="where SFT checkpoints are saved and reused from (default "
-                    "<out>/sft): one model folder per seed and settings, loadable as model.path; a run with the "
+                    "<out>/sft): one model folder per seed and settings, loadable as model.id; a run with the "
                     "same seed and SFT settings starts from it instead of training again")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 leaves the other core free)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)

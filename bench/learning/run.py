@@ -19,6 +19,7 @@ from bench.learning.model import build_model, count_parameters
 from bench.learning.screens import PRESET, make_screen, screens, target_text, to_prompt
 from policy.backends.hf import TransformersBackend
 from train.learner import Learner, rollout_groups
+from train.config import RLConfig, TrainModelConfig
 from train.sft import SFTExample, SupervisedLearner, greedy_accuracy
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def held_out(cfg: BenchConfig) -> tuple[list, list]:
 def sft_stage(seed: int, cfg: BenchConfig, backend: TransformersBackend, val: list) -> dict[str, Any]:
     """Full-weight SFT until validation accuracy is in the band (see the package docstring); leaves the chosen
     checkpoint in ``backend.model`` and returns what happened (no test score yet)."""
-    sft = SupervisedLearner(backend, finetune="full", lr=cfg.sft_lr)
+    sft = SupervisedLearner(backend, TrainModelConfig(finetune="full"), lr=cfg.sft_lr)
     rng = np.random.default_rng([seed, 1])
     curve, t0, step, val_acc, stop, in_band = [], time.perf_counter(), 0, 0.0, "time", 0
     last_in_band = None
@@ -176,7 +177,7 @@ def sft_stage(seed: int, cfg: BenchConfig, backend: TransformersBackend, val: li
 
 def save_sft(folder: Path, model_dir: Path, backend: TransformersBackend, seed: int, cfg: BenchConfig,
              info: dict[str, Any], test_correct: np.ndarray) -> None:
-    """The SFT checkpoint as a model folder any handeye command loads (``model.path``), with ``sft.json``: the seed,
+    """The SFT checkpoint as a model folder any handeye command loads (``model.id``), with ``sft.json``: the seed,
     the settings that made it (``SFT_FIELDS``), what SFT did and the held-out answers' correctness."""
     import shutil
 
@@ -258,7 +259,7 @@ def rl_arm(arm: str, seed: int, cfg: BenchConfig, backend: TransformersBackend, 
     screens, scored on ``test`` against the SFT answers (paired bootstrap)."""
     algo, reward_fn = rewards.ARMS[arm]
     torch.manual_seed(seed)
-    learner = Learner(backend, algo=algo, finetune="full", lr=cfg.rl_lr, seed=seed, warmup_steps=cfg.rl_warmup)
+    learner = Learner(backend, RLConfig(lr=cfg.rl_lr, warmup_steps=cfg.rl_warmup), TrainModelConfig(finetune="full"), algo=algo, seed=seed)
     arm_rng = np.random.default_rng([seed, 2])  # every arm trains on the same screens
     t_arm = time.perf_counter()
     v_acc, _, v_aps = evaluate(backend, val, cfg)

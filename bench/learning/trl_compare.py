@@ -26,6 +26,7 @@ reported figures are medians over ``runs``.
 
 from __future__ import annotations
 
+from train.config import RLConfig, TrainModelConfig
 import json
 import os
 import resource
@@ -82,7 +83,7 @@ def worker_ours(model_dir: str, setting: Setting, shared: bool = True) -> dict[s
 
     torch.manual_seed(0)
     backend = TransformersBackend(model_dir, preset=_preset(setting), dtype="float32")
-    learner = Learner(backend, algo="aepo", finetune="full", lr=LR, shared_prefix=shared)
+    learner = Learner(backend, RLConfig(lr=LR, shared_prefix=shared), TrainModelConfig(finetune="full"), algo="aepo")
     prompts = _screens(setting)
     rss0 = _rss_mb()
     steps = []

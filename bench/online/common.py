@@ -7,7 +7,7 @@ from typing import Any
 from agent.config import load_train_config
 
 TINY = [
-    'model.path="tiny"', "data.think=false", "rl.group_size=4", "rl.batch_prompts=2", "rl.max_new_tokens=32",
+    'model.id="tiny"', "data.think=false", "rl.group_size=4", "rl.batch_prompts=2", "rl.max_new_tokens=32",
     'model.lora_targets=["q_proj", "v_proj", "lm_head"]', "rl.lr=0.02", "log.tensorboard=false", "log.png=false",
     "eval.every=0", "checkpoint.every=0", "train.steps=100000",
 ]

@@ -91,7 +91,7 @@ def online_config(model: Path, seed: int, cfg: Any, run_dir: Path, finetune: str
     lora = [f"model.lora_rank={int(spec['rank'])}", f"model.lora_alpha={int(spec['alpha'])}",
             f"model.lora_targets={json.dumps(list(spec['targets']))}"] if finetune == "lora" else []
     return load_train_config(None, [
-        f'model.path="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
+        f'model.id="{model}"', 'model.format="infigui-g1"', "model.min_pixels=3136", "model.max_pixels=50176",
         'model.dtype="float32"', f'model.finetune="{finetune}"', *lora, "data.think=false",
         f'train.algo="{algo}"', f'data.reward="{ONLINE_REWARD[algo]}"', f"train.seed={seed}",
         f"train.steps={cfg.rl_steps}", f'train.run_dir="{run_dir}"',

@@ -124,7 +124,5 @@ SETTINGS = {
 
 for _name, (_about, _look) in SETTINGS.items():
     if _name not in REGISTRY:
-        register(_name, "bench.online.shapes:ShapesEnv", "bench", _about, max_steps=3, env_name=_name, **_look)
-from agent.online import DEVICE_KINDS  # noqa: E402 - after the registrations, as the suite's device kind
-
-DEVICE_KINDS.setdefault("bench", "web")
+        register(_name, "bench.online.shapes:ShapesEnv", "bench", _about, device_kind="web", max_steps=3,
+                 env_name=_name, **_look)

@@ -21,6 +21,6 @@ _ENVS = {
 }
 
 for _name, (_description, _task) in _ENVS.items():
-    register(_name, _ENTRY, "android", _description, env_name=_name, task=_task, max_steps=TASKS[_task].max_steps)
+    register(_name, _ENTRY, "android", _description, device_kind="android", env_name=_name, task=_task, max_steps=TASKS[_task].max_steps)
 
 __all__ = ["TASKS", "AndroidTask", "AndroidTaskEnv", "PhoneStep", "StepKind"]

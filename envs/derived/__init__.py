@@ -51,7 +51,7 @@ def register_tasks(folder: str | Path | None = None) -> list[str]:
             spec = load_task(path)
         except TaskFileError as e:
             log.info("%s", e)  # listed with its error; making it raises the error
-            register(name, _ENTRY, SUITE, f"cannot be loaded: {e}", path=str(path.resolve()), env_name=name)
+            register(name, _ENTRY, SUITE, f"cannot be loaded: {e}", device_kind=None, path=str(path.resolve()), env_name=name)
         else:
             register(name, _ENTRY, SUITE, f"{spec.device.value}: {spec.instruction}", max_steps=spec.max_steps,
                      device_kind=spec.device.value, path=str(path.resolve()), env_name=name)

@@ -33,22 +33,25 @@ the screen shows the page alone (or this long)."""
 class DesktopGeneratedEnv(GeneratedEnv):
     """A generated task on the desktop device (see the module docstring)."""
 
-    def __init__(self, display: str = "", **kwargs: Any) -> None:
+    def __init__(self, display: str = "", device: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._adopt_device(device)  # a started desktop device lent by the caller (who closes it), or one of its own
         self.display = display
         self._web: PlaywrightDevice | None = None
 
     async def _ensure_device(self) -> PlaywrightDevice:  # type: ignore[override]
-        """The browser the page is loaded into (``GeneratedEnv.reset`` loads it); the desktop device is started
-        alongside it and is this environment's ``device``."""
+        """The browser the page is loaded into (``GeneratedEnv.reset`` loads it); the desktop device (lent, or
+        started here) is this environment's ``device``."""
         if self._web is not None and self._device is not None:
             return self._web
         from devices.desktop import DesktopConfig, DesktopDevice
 
         width, height = self.params.size
-        desktop = DesktopDevice(DesktopConfig(display=self.display))
-        await desktop.start()
-        self._device = desktop
+        if self._device is None:
+            own = DesktopDevice(DesktopConfig(display=self.display))
+            await own.start()
+            self._device = own
+        desktop = self._device
         shown = (desktop.map.frame_width, desktop.map.frame_height) if desktop.map is not None else None
         if shown != (width, height):
             await self.close()

@@ -26,7 +26,7 @@ _MAX_STEPS = {"click": 3, "form": 8, "absent": 3}
 """Step budget per task kind: a click task is one click; a form is up to two fields, their typing and Submit."""
 
 for _name, (_description, _kwargs) in _ENVS.items():
-    register(_name, _ENTRY, "generated", _description, env_name=_name,
+    register(_name, _ENTRY, "generated", _description, device_kind="web", env_name=_name,
              max_steps=_MAX_STEPS[_kwargs.get("task_kind", "click")], **_kwargs)
 
 __all__ = ["GeneratedEnv", "Screen", "ScreenParams", "TaskKind", "generate"]

@@ -14,7 +14,7 @@ for _task in TASKS:
     _description = "MiniWoB++: " + _task.replace("-", " ")
     if _task in TARGET_TASKS:
         _description += " (step-verifiable)"
-    register(f"miniwob/{_task}", _ENTRY, "miniwob", _description, task=_task, env_name=f"miniwob/{_task}",
-             max_steps=DEFAULT_MAX_STEPS)
+    register(f"miniwob/{_task}", _ENTRY, "miniwob", _description, device_kind="web", task=_task,
+             env_name=f"miniwob/{_task}", max_steps=DEFAULT_MAX_STEPS)
 
 __all__ = ["SUPPORTED_BY_ORACLE", "TASKS", "MiniWobEnv", "html_root"]

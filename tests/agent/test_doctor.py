@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 
@@ -38,8 +39,8 @@ def test_missing_optional_parts_are_reported_with_their_hint_and_do_not_fail(mon
         raise adbutils.AdbError("no adb binary")
 
     monkeypatch.setattr(adbutils, "adb_path", no_adb)
-    which = doctor.shutil.which
-    monkeypatch.setattr(doctor.shutil, "which", lambda name, *a, **k: None if name in ("adb", "xdotool")
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name in ("adb", "xdotool")
                         else which(name, *a, **k))
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     code, lines = run_doctor(capsys)
@@ -52,11 +53,29 @@ def test_missing_optional_parts_are_reported_with_their_hint_and_do_not_fail(mon
 
 
 def test_a_missing_required_part_fails(monkeypatch, capsys):
-    missing = doctor.Finding("browser", False, "run make setup")
-    monkeypatch.setattr(doctor, "REQUIRED", (lambda: missing,))
-    monkeypatch.setattr(doctor, "OPTIONAL", (lambda: doctor.Finding("GPU", False, "x", required=False),))
+    missing = doctor.Finding("browser", False, "run make setup", required=True)
+    monkeypatch.setattr(doctor, "checks", lambda: [lambda: [doctor.Finding("GPU", False, "x")], lambda: [missing]])
     code, lines = run_doctor(capsys)
     assert code == 1 and lines["browser"] == "missing browser: run make setup"
+    assert lines["GPU"] == "missing GPU: x (optional)"
+
+
+def test_each_device_kind_says_what_it_needs(monkeypatch, capsys):
+    """The report asks every registered device kind for its parts: a kind added to the registry is checked without
+    a line of the doctor changing, and its required parts fail the check."""
+    from dataclasses import replace
+
+    from devices import registry
+
+    web = registry.device_kind("web")
+    extra = replace(web, name="kiosk", requirements=lambda: [registry.Requirement("kiosk driver", False,
+                                                                                  "apt-get install kiosk",
+                                                                                  required=True)])
+    monkeypatch.setitem(registry.REGISTRY, "kiosk", extra)
+    code, lines = run_doctor(capsys)
+    assert code == 1
+    assert lines["kiosk driver"] == "missing kiosk driver: apt-get install kiosk"
+    assert lines["browser"].startswith("ok browser")
 
 
 @pytest.mark.parametrize("available", [False, True])

@@ -48,8 +48,8 @@ def played(monkeypatch):
     """``agent record`` builds its recorder as usual; a player starts on the page once the recorder is ready."""
     made = record_command.make_recorder
 
-    def make_recorder(cfg, kind, serial, args):
-        recorder, site = made(cfg, kind, serial, args)
+    def make_recorder(cfg, args):
+        recorder, site = made(cfg, args)
         start = recorder.start
 
         async def start_and_play():
@@ -180,8 +180,8 @@ def test_a_task_recorded_on_the_built_in_page_carries_its_page(tmp_path, monkeyp
         await asyncio.sleep(0.6)
         await page.keyboard.press("Control+Alt+s")
 
-    def make_recorder(cfg, kind, serial, args):
-        recorder, site = made(cfg, kind, serial, args)
+    def make_recorder(cfg, args):
+        recorder, site = made(cfg, args)
         start = recorder.start
 
         async def start_and_play():
@@ -216,8 +216,8 @@ def test_no_task_when_the_recording_is_interrupted(tmp_path, site, pages_dir, mo
         await asyncio.sleep(0.6)
         os.kill(os.getpid(), signal.SIGINT)
 
-    def make_recorder(cfg, kind, serial, args):
-        recorder, site_ = made(cfg, kind, serial, args)
+    def make_recorder(cfg, args):
+        recorder, site_ = made(cfg, args)
         start = recorder.start
 
         async def start_and_play():

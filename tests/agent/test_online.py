@@ -20,13 +20,14 @@ from envs.records import Outcome
 from envs.trajectory import iter_episodes
 from tests.conftest import REPO, descendants
 from train.metrics import read_metrics
+from train.config import RLConfig, TrainModelConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
 def config(run_dir: Path, *more: str):
     return load_train_config(None, [
-        'model.path="tiny"', f'train.run_dir="{run_dir}"', "data.think=false", "rl.group_size=3",
+        'model.id="tiny"', f'train.run_dir="{run_dir}"', "data.think=false", "rl.group_size=3",
         "rl.batch_prompts=2", "rl.max_new_tokens=32", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]',
         "rl.lr=0.02", "log.tensorboard=false", "eval.every=0", "data.seeds=50", *more])
 
@@ -215,7 +216,7 @@ def test_a_corrupt_adapter_version_is_refused_and_the_actors_keep_the_last_good_
 
     model = build_tiny_qwen25vl(tmp_path / "model")
     preset = preset_for("tiny-qwen", "infigui-g1", min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28)
-    learner = Learner(TransformersBackend(model, preset=preset), lora_targets=("q_proj", "v_proj"))
+    learner = Learner(TransformersBackend(model, preset=preset), model=TrainModelConfig(lora_targets=("q_proj", "v_proj")))
     actors = TransformersBackend(model, preset=preset)
     store, transport = AdapterStore(tmp_path / "adapters"), InProcessTransport()
     follower = AdapterFollower(actors, transport, VersionClock(tmp_path / "adapters.jsonl"), root=store.root)
@@ -306,14 +307,14 @@ def test_a_new_session_that_fails_before_its_first_update_leaves_no_folder(tmp_p
 
 
 def test_the_command_line_leaves_nothing_behind_on_bad_settings(tmp_path, monkeypatch, capsys):
-    """An empty model.path is bad input (exit 2) found before any folder exists; a model that cannot load stops the
+    """An empty model.id is bad input (exit 2) found before any folder exists; a model that cannot load stops the
     session (exit 1) and the half-made folder is removed, so the same command can simply be run again."""
     from agent.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--online", "--env", "generated/click", "--config", str(REPO / "configs" / "train.toml")]) == 2
-    assert "model.path is empty" in capsys.readouterr().out and not (tmp_path / "runs").exists()
-    bad = ["train", "--online", "--env", "generated/click", "--devices", "1", "--set", 'model.path="no/such-model"',
+    assert "model.id is empty" in capsys.readouterr().out and not (tmp_path / "runs").exists()
+    bad = ["train", "--online", "--env", "generated/click", "--devices", "1", "--set", 'model.id="no/such-model"',
            "--set", 'model.format="infigui-g1"', "--set", "train.steps=1"]
     assert main(bad) == 1
     assert "online session stopped" in capsys.readouterr().err

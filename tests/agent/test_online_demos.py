@@ -22,6 +22,7 @@ from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import RunWriter
 from policy.presets import preset_for
 from train.config import FilterConfig
+from train.config import RLConfig, TrainModelConfig
 from train.errors import TransportClosed
 from train.messages import GroupMessage
 from train.samples import TrainSample
@@ -154,7 +155,7 @@ def test_the_share_bounds_the_groups_per_batch_and_settings_check_it(demos, tmp_
 
     assert cli_main(["train", "--demos", str(demos)]) == 2 and "--online" in capsys.readouterr().out
     assert cli_main(["train", "--online", "--env", "generated/click", "--demo-share", "0.5", "--run-dir",
-                     str(tmp_path / "run"), "--set", 'model.path="tiny"']) == 2
+                     str(tmp_path / "run"), "--set", 'model.id="tiny"']) == 2
     assert "--demos DIR" in capsys.readouterr().out and not (tmp_path / "run").exists()
     assert replay(demos, share=0.25).per_batch(16) == 4 and replay(demos, share=0.1).per_batch(2) == 1
     assert OnlineConfig().demo_share == 0.0
@@ -195,7 +196,7 @@ def test_the_learner_takes_a_demonstration_as_a_positive_sample_at_ratio_one(dem
     group = r.mix(answers(), room=True)
     # the policy's answers without behaviour log-probs too, so that every ratio of this first update is exactly 1
     group = [replace(s, behaviour_logprobs=None, adapter_version=None) for s in group]
-    learner = Learner(backend, algo="aepo", finetune="lora", lr=1e-3)
+    learner = Learner(backend, RLConfig(lr=1e-3), TrainModelConfig(finetune="lora"), algo="aepo")
     adv = learner.group_advantages([group])
     assert adv[3] > 0 and all(a < 0 for a in adv[:3])  # RLOO: the success above the failures
     metrics = learner.step([group])

@@ -18,6 +18,7 @@ from envs.trajectory import iter_episodes
 from policy.backends.swap import unique_state
 from tests.agent.test_online import ForceFirstAnswer, chromium_children, config, until, versions
 from train.errors import CheckpointError
+from train.config import RLConfig, TrainModelConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -132,7 +133,7 @@ def test_a_resumed_run_whose_checkpoint_is_of_another_model_is_refused_before_an
 
     run = tmp_path / "run"
     small = build_tiny_qwen25vl(tmp_path / "small", variant="small")
-    learner = Learner(TransformersBackend(small, preset=preset_for("tiny-qwen", "infigui-g1")), finetune="full")
+    learner = Learner(TransformersBackend(small, preset=preset_for("tiny-qwen", "infigui-g1")), model=TrainModelConfig(finetune="full"))
     save_checkpoint(run, 4, learner, {})
     cfg = full_config(run)
     (run / "online.json").write_text(json.dumps({"online": online_json(OnlineConfig(env="generated/click")),

@@ -26,7 +26,7 @@ from tests.conftest import REPO
 from tests.support.mosquitto import Mosquitto
 from tests.support.xvfb import start_xvfb
 
-TINY = ['model.path="tiny"', "data.think=false", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=32",
+TINY = ['model.id="tiny"', "data.think=false", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=32",
         "log.tensorboard=false", "eval.every=0", "data.seeds=20", 'model.lora_targets=["q_proj", "v_proj"]',
         "rl.kl_coef=0.05", "train.seed=0", "rl.lr=0.01"]
 KEY = bytes(range(32, 64))

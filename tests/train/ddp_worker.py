@@ -10,6 +10,7 @@ The answers of a group have different lengths (3 to 5 tokens), so the shared pat
 
 from __future__ import annotations
 
+from train.config import RLConfig, TrainModelConfig
 import sys
 
 import numpy as np
@@ -52,8 +53,7 @@ def main() -> None:
         accelerator = Accelerator(cpu=True)
     # kl_coef on: the reference pass (adapter off) must work under DDP too. LoRA B starts at zero, so the first
     # step has zero gradient for A; two steps make both move.
-    learner = Learner(backend, algo="grpo", lr=1e-2, lora_targets=(*LORA_TARGETS, "lm_head"), accelerator=accelerator,
-                      shared_prefix=shared)
+    learner = Learner(backend, RLConfig(lr=1e-2, shared_prefix=shared), TrainModelConfig(lora_targets=(*LORA_TARGETS, "lm_head")), algo="grpo", accelerator=accelerator)
     groups = batch()
     mine = groups if single else groups[learner.rank::learner.world_size]
     for _ in range(2):

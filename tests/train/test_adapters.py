@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from train.adapters import (AdapterChecksumError, AdapterError, AdapterPathError, AdapterRef, AdapterStore,
+from train.config import RLConfig, TrainModelConfig
                             adapter_digest, load_verified, verify_adapter)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -123,7 +124,7 @@ def test_a_real_backend_switches_versions_and_refuses_a_corrupt_one(tmp_path):
 
     model = build_tiny_qwen25vl(tmp_path / "model")
     preset = preset_for("tiny-qwen", "infigui-g1", min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28)
-    learner = Learner(TransformersBackend(model, preset=preset), lora_targets=("q_proj", "v_proj"))
+    learner = Learner(TransformersBackend(model, preset=preset), model=TrainModelConfig(lora_targets=("q_proj", "v_proj")))
     actors = TransformersBackend(model, preset=preset)
     base = actors.model
     store = AdapterStore(tmp_path / "adapters")

@@ -16,6 +16,7 @@ from policy.backends.hf import TransformersBackend
 from policy.presets import Decoding, preset_for
 from policy.tiny import build_tiny_qwen25vl
 from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from train.config import RLConfig, TrainModelConfig
 from train.learner import LORA_TARGETS, Learner
 from train.samples import TrainSample
 
@@ -38,8 +39,9 @@ def groups() -> list[list[TrainSample]]:
              for k in range(3)]]
 
 
-def learner_for(tiny_dir: Path, **kw) -> Learner:
-    return Learner(TransformersBackend(tiny_dir, preset=PRESET), algo="aepo", lr=1e-2, lora_targets=TARGETS, **kw)
+def learner_for(tiny_dir: Path, **model) -> Learner:
+    return Learner(TransformersBackend(tiny_dir, preset=PRESET), RLConfig(lr=1e-2),
+                   TrainModelConfig(lora_targets=TARGETS, **model), algo="aepo")
 
 
 def test_restore_gives_back_weights_optimizer_and_rng(tiny_dir, tmp_path):
@@ -105,7 +107,7 @@ def test_incomplete_checkpoints_are_ignored_and_old_ones_pruned(tiny_dir, tmp_pa
 
 def test_a_checkpoint_of_another_model_is_refused(tiny_dir, tmp_path):
     other_dir = build_tiny_qwen25vl(tmp_path / "other", seed=0, variant="small")
-    other = Learner(TransformersBackend(other_dir, preset=PRESET), algo="aepo", lora_targets=TARGETS)
+    other = Learner(TransformersBackend(other_dir, preset=PRESET), model=TrainModelConfig(lora_targets=TARGETS), algo="aepo")
     save_checkpoint(tmp_path / "run", 1, other, {})
     mine = learner_for(tiny_dir)
     with pytest.raises(CheckpointError, match=r"another model or setup \(hidden_size: checkpoint 512 vs this run 64"):

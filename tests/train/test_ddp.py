@@ -68,7 +68,7 @@ def test_agent_train_runs_under_accelerate_launch(tmp_path):
     launcher = Path(sys.executable).with_name("accelerate")
     run_worker([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29534",
-                "-m", "agent.cli", "train", "--set", 'model.path="tiny"', "--set", f'train.run_dir="{run}"',
+                "-m", "agent.cli", "train", "--set", 'model.id="tiny"', "--set", f'train.run_dir="{run}"',
                 "--set", "data.source=samples", "--set", f'data.path="{tmp_path / "samples.jsonl"}"',
                 "--set", "rl.group_size=3", "--set", "rl.batch_prompts=2", "--set", "train.steps=2",
                 "--set", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]', "--set", "log.progress=false"],

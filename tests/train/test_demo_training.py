@@ -111,7 +111,7 @@ def test_agent_train_sft_on_a_folder_of_demonstrations_lowers_the_loss(demos, tm
     n = len(TrajectorySource(demos, preset="infigui-g1", sft=True))
     run_dir = tmp_path / "sft"
     code = cli_main(["train", "--stage", "sft", *(x for kv in (
-        'model.path="tiny"', f'train.run_dir="{run_dir}"', 'data.source="trajectories"', f'data.path="{demos}"',
+        'model.id="tiny"', f'train.run_dir="{run_dir}"', 'data.source="trajectories"', f'data.path="{demos}"',
         "data.think=false", "data.heldout_size=0", "train.steps=6", f"sft.batch_size={n}", "sft.lr=0.01",
         'model.finetune="full"', "eval.every=0", "log.progress=false", "log.tensorboard=false", "log.png=false")
         for x in ("--set", kv))])

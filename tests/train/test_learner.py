@@ -15,6 +15,7 @@ from policy.backends.hf import TransformersBackend
 from policy.presets import Decoding, preset_for
 from policy.tiny import build_tiny_qwen25vl
 from train.learner import LORA_TARGETS, Learner, RolloutPrompt, rollout_groups
+from train.config import RLConfig, TrainModelConfig
 from train.samples import ReadStats, TrainSample, iter_groups, read_jsonl, write_jsonl
 
 # peft calls a transformers property deprecated in 5.x
@@ -60,7 +61,7 @@ def test_recomputed_logprobs_equal_the_samplers(backend):
     # Sampling at temperature 1 with top-p 1 and no processors: the behaviour log-probs are the raw model's
     # log-softmax, so teacher forcing must give the same numbers (same adapter: fresh LoRA B is zero).
     torch.manual_seed(0)
-    learner = Learner(backend, algo="aepo", lora_targets=TARGETS)
+    learner = Learner(backend, model=TrainModelConfig(lora_targets=TARGETS), algo="aepo")
     groups = rollout_groups(backend, prompts(2), 3, ascii_share, max_new_tokens=8, adapter_version="v0")
     assert [len(g) for g in groups] == [3, 3]
     for s in (s for g in groups for s in g):
@@ -73,7 +74,7 @@ def test_recomputed_logprobs_equal_the_samplers(backend):
 @pytest.mark.parametrize("algo", ["aepo", "grpo"])
 def test_steps_change_the_adapter_and_raise_the_reward(backend, algo):
     torch.manual_seed(0)
-    learner = Learner(backend, algo=algo, lr=5e-2, lora_targets=TARGETS)
+    learner = Learner(backend, RLConfig(lr=5e-2), TrainModelConfig(lora_targets=TARGETS), algo=algo)
     assert learner.kl_coef == (0.0 if algo == "aepo" else 0.01)
     assert learner.clip_high == (0.4 if algo == "aepo" else 0.2)
     before = lora_state(learner)
@@ -97,7 +98,7 @@ def test_steps_change_the_adapter_and_raise_the_reward(backend, algo):
 
 def test_jsonl_round_trip_skips_bad_rows_and_trains(backend, tmp_path, caplog):
     torch.manual_seed(1)
-    learner = Learner(backend, algo="grpo", lora_targets=TARGETS)
+    learner = Learner(backend, model=TrainModelConfig(lora_targets=TARGETS), algo="grpo")
     groups = rollout_groups(backend, prompts(2), 2, ascii_share, max_new_tokens=6)
     path = tmp_path / "samples.jsonl"
     assert write_jsonl(path, [s for g in groups for s in g]) == 4
@@ -150,7 +151,7 @@ def test_train_sample_rejects_mismatched_logprobs():
 
 
 def test_episode_level_groups_share_the_episode_advantage(backend):
-    learner = Learner(backend, algo="aepo", lora_targets=TARGETS)
+    learner = Learner(backend, model=TrainModelConfig(lora_targets=TARGETS), algo="aepo")
     messages = [{"role": "user", "content": "x"}]
 
     def step(episode: str | None, reward: float, k: int) -> TrainSample:
@@ -171,7 +172,7 @@ def test_episode_level_groups_share_the_episode_advantage(backend):
 
 
 def test_an_unusable_sample_is_skipped_not_fatal(backend, caplog, tmp_path):
-    learner = Learner(backend, algo="aepo", lora_targets=TARGETS)
+    learner = Learner(backend, model=TrainModelConfig(lora_targets=TARGETS), algo="aepo")
     image = np.zeros((56, 56, 3), dtype=np.uint8)
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}]
     good = [TrainSample(messages, image, (56, 56), (56, 56), "a", (97, 98), None, float(k), group_id=0)
@@ -193,7 +194,7 @@ def test_an_unusable_sample_is_skipped_not_fatal(backend, caplog, tmp_path):
 def test_full_fine_tuning_learns_too(backend):
     # every weight trains (no adapter); the tiny model's small random weights need a large Adam step
     torch.manual_seed(0)
-    learner = Learner(backend, algo="aepo", finetune="full", lr=3e-2)
+    learner = Learner(backend, RLConfig(lr=3e-2), TrainModelConfig(finetune="full"), algo="aepo")
     assert backend.peft_model is None and learner.lr == 3e-2
     n_params = sum(p.numel() for p in backend.model.parameters())
     assert sum(p.numel() for p in learner.params) == n_params
@@ -210,19 +211,19 @@ def test_several_passes_and_minibatches_compare_with_the_first_log_probs(backend
     # the later steps see the moved policy against it (ratio away from 1, some clipping), whereas a single update
     # on fresh samples has ratio 1 throughout (the sampler's log-probs equal the recomputed ones).
     torch.manual_seed(0)
-    single = Learner(backend, algo="aepo", lr=5e-2, lora_targets=TARGETS)
+    single = Learner(backend, RLConfig(lr=5e-2), TrainModelConfig(lora_targets=TARGETS), algo="aepo")
     groups = rollout_groups(backend, prompts(4), 4, ascii_share, max_new_tokens=8,
                             adapter_version=single.adapter_version)
     m1 = single.step(groups)
     assert m1["train/optimizer_steps"] == 1
     assert m1["train/ratio_max"] == pytest.approx(1.0, abs=1e-3) and m1["train/clipfrac"] == 0.0
 
-    several = Learner(backend, algo="aepo", lr=5e-2, lora_targets=TARGETS, ppo_epochs=2, minibatches=2, seed=1)
+    several = Learner(backend, RLConfig(lr=5e-2, ppo_epochs=2, minibatches=2), TrainModelConfig(lora_targets=TARGETS), algo="aepo", seed=1)
     groups = rollout_groups(backend, prompts(4), 4, ascii_share, max_new_tokens=8,
                             adapter_version=several.adapter_version)
     m = several.step(groups)
     assert m["train/optimizer_steps"] == 4 and m["train/step"] == 1
     assert m["train/ratio_max"] > 1.01, m
     assert m["train/approx_kl"] > 0
-    with pytest.raises(ValueError, match="ppo_epochs and minibatches must be >= 1"):
-        Learner(backend, algo="aepo", lora_targets=TARGETS, ppo_epochs=0)
+    with pytest.raises(ValueError, match="ppo_epochs and minibatches must be at least 1"):
+        RLConfig(ppo_epochs=0)

@@ -16,6 +16,7 @@ from policy.backends.hf import TransformersBackend
 from policy.presets import Decoding, preset_for
 from policy.tiny import build_tiny_qwen25vl
 from train.learner import LORA_TARGETS, Learner
+from train.config import RLConfig, TrainModelConfig
 from train.prefix import encode_shared, prefix_logprobs, prompt_groups
 from train.samples import TrainSample
 
@@ -77,7 +78,9 @@ def step_gradients(tiny_dir: Path, shared: bool, **kw) -> tuple[list[dict[str, t
     """Every optimizer step's gradients (by parameter name) and the metrics of one ``Learner.step``."""
     torch.manual_seed(0)
     backend = backend64(tiny_dir)
-    learner = Learner(backend, shared_prefix=shared, **kw)
+    model = {k: kw.pop(k) for k in ("finetune", "freeze_vision", "lora_targets") if k in kw}
+    algo = kw.pop("algo", "aepo")
+    learner = Learner(backend, RLConfig(shared_prefix=shared, **kw), TrainModelConfig(**model), algo=algo)
     assert all(p.dtype == torch.float64 for p in learner.params)
     names = {id(p): n for n, p in learner.peft_model.named_parameters()}
     grads: list[dict[str, torch.Tensor]] = []
@@ -118,7 +121,7 @@ def test_shared_prefix_gradients_equal_the_unshared(tiny_dir, float64, case):
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_shared_prefix_logprobs_equal_the_full_sequences(tiny_dir, float64, finetune):
     backend = backend64(tiny_dir)
-    learner = Learner(backend, finetune=finetune, lora_targets=(*LORA_TARGETS, "lm_head"), lr=1e-2)
+    learner = Learner(backend, RLConfig(lr=1e-2), TrainModelConfig(finetune=finetune, lora_targets=(*LORA_TARGETS, "lm_head")))
     samples = [s for g in batch(backend.model.config.image_token_id) for s in g]
     units = prompt_groups(samples)
     assert [len(u) for u in units] == [4, 4, 4, 3, 2, 2]  # the episode group's steps split by prompt
@@ -136,8 +139,7 @@ def test_a_frozen_vision_tower_encodes_each_image_once_per_update(tiny_dir):
     calls = {"shared": 0, "unshared": 0}
     for path in calls:
         backend = TransformersBackend(tiny_dir, preset=PRESET)
-        learner = Learner(backend, lora_targets=(*LORA_TARGETS, "lm_head"), ppo_epochs=2, minibatches=2, algo="grpo",
-                          shared_prefix=path == "shared")
+        learner = Learner(backend, RLConfig(ppo_epochs=2, minibatches=2, shared_prefix=path == "shared"), TrainModelConfig(lora_targets=(*LORA_TARGETS, "lm_head")), algo="grpo")
         backend.model.model.visual.register_forward_hook(lambda *a, p=path: calls.__setitem__(p, calls[p] + 1))
         learner.step(batch(backend.model.config.image_token_id))
     # 5 distinct images. Unshared: 16 samples with an image x (old pass + 2 epochs x (policy + reference)) = 80.

@@ -15,6 +15,7 @@ from policy.backends.hf import TransformersBackend
 from policy.presets import Decoding, preset_for
 from policy.tiny import build_tiny_qwen25vl
 from train.learner import RolloutPrompt, encode_example
+from train.config import TrainModelConfig
 from train.sft import SFTExample, SupervisedLearner, greedy_accuracy, is_correct, rejection_sample
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
@@ -46,7 +47,7 @@ def example(i: int, text: str = TARGET) -> SFTExample:
 
 
 def test_loss_is_the_token_mean_cross_entropy_of_target_tokens_only(backend):
-    learner = SupervisedLearner(backend, finetune="full", lr=0.0)
+    learner = SupervisedLearner(backend, TrainModelConfig(finetune="full"), lr=0.0)
     examples = [example(0, "[1]"), example(1, '{"a": 22}')]
     end = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
     total, tokens = 0.0, 0
@@ -69,7 +70,7 @@ def test_loss_is_the_token_mean_cross_entropy_of_target_tokens_only(backend):
 
 def test_sft_steps_make_the_target_the_greedy_answer(backend):
     torch.manual_seed(0)
-    learner = SupervisedLearner(backend, finetune="full", lr=3e-3)
+    learner = SupervisedLearner(backend, TrainModelConfig(finetune="full"), lr=3e-3)
     examples = [example(0)]
     before_weights = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
     with torch.no_grad():
@@ -87,17 +88,17 @@ def test_sft_steps_make_the_target_the_greedy_answer(backend):
                if n.startswith("model.visual."))  # full fine-tuning reaches the vision tower too
 
     state = learner.state_dict()
-    fresh = SupervisedLearner(backend, finetune="full", lr=3e-3)
+    fresh = SupervisedLearner(backend, TrainModelConfig(finetune="full"), lr=3e-3)
     fresh.load_state_dict(state)
     assert fresh.steps == 30 and fresh.optimizer.state_dict()["state"].keys() == state["optimizer"]["state"].keys()
     with pytest.raises(ValueError, match="finetune='full'"):
-        SupervisedLearner(backend, finetune="lora").load_state_dict(state)
+        SupervisedLearner(backend, TrainModelConfig(finetune="lora")).load_state_dict(state)
 
 
 def test_lora_sft_trains_only_the_adapter(backend):
     torch.manual_seed(0)
     base = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
-    learner = SupervisedLearner(backend, finetune="lora", lr=1e-2, lora_targets=("q_proj", "v_proj", "lm_head"))
+    learner = SupervisedLearner(backend, TrainModelConfig(finetune="lora", lora_targets=("q_proj", "v_proj", "lm_head")), lr=1e-2)
     assert learner.lr == 1e-2 and all("lora_" in n for n, p in learner.peft_model.named_parameters() if p.requires_grad)
     first = learner.loss([example(0)])
     for _ in range(5):
@@ -114,8 +115,8 @@ def test_empty_target_text_is_a_value_error_naming_the_example(backend):
         learner.step([example(0), example(7, "  ")])
     with pytest.raises(ValueError, match="at least one example"):
         learner.step([])
-    with pytest.raises(ValueError, match="finetune must be"):
-        SupervisedLearner(backend, finetune="qlora")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="finetune 'qlora' is not lora or full"):
+        SupervisedLearner(backend, TrainModelConfig(finetune="qlora"))
 
 
 class EosBias:

@@ -46,7 +46,7 @@ def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def config(run_dir: Path, data_file: Path, *more: str):
     return load_train_config(None, [
-        'model.path="tiny"', f'train.run_dir="{run_dir}"', "data.source=grounding", f'data.path="{data_file}"',
+        'model.id="tiny"', f'train.run_dir="{run_dir}"', "data.source=grounding", f'data.path="{data_file}"',
         "data.think=false", "data.heldout_size=3", "rl.group_size=3", "rl.batch_prompts=2", "rl.max_new_tokens=10",
         'model.lora_targets=["q_proj", "v_proj", "lm_head"]', "rl.lr=0.02", "log.progress=false",
         "log.tensorboard=false", "log.png=false", *more])
@@ -177,7 +177,7 @@ def test_config_errors_name_the_problem(tmp_path, data_file, capsys):
     assert cli_main(["train", "--set", "rl.group_size=1"]) == 2
     assert "group_size must be at least 2" in capsys.readouterr().out
     assert cli_main(["train", "--set", f'train.run_dir="{tmp_path}/x"', "--set", "data.source=grounding",
-                     "--set", f'data.path="{tmp_path}/missing.jsonl"', "--set", 'model.path="tiny"']) == 2
+                     "--set", f'data.path="{tmp_path}/missing.jsonl"', "--set", 'model.id="tiny"']) == 2
     assert "does not exist" in capsys.readouterr().out
 
 
@@ -207,7 +207,7 @@ def test_curriculum_and_dynamic_sampling_run_from_the_config_and_resume(tmp_path
 @pytest.mark.timeout(240)
 def test_generated_screens_train_live(tmp_path):
     cfg = load_train_config(None, [
-        'model.path="tiny"', f'train.run_dir="{tmp_path}"', "data.source=generated", "data.seeds=4",
+        'model.id="tiny"', f'train.run_dir="{tmp_path}"', "data.source=generated", "data.seeds=4",
         "data.heldout_size=0", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=8", "train.steps=1",
         "log.progress=false", "log.tensorboard=false", "log.png=false", "filter.drop_all_correct=false"])
     result = run_from_config(cfg)
@@ -256,7 +256,7 @@ def test_agent_train_resume_refuses_a_crafted_checkpoint_without_running_it(tmp_
 
     from tests.conftest import REPO
 
-    settings = ['model.path="tiny"', f'train.run_dir="{tmp_path / "run"}"', "data.source=grounding",
+    settings = ['model.id="tiny"', f'train.run_dir="{tmp_path / "run"}"', "data.source=grounding",
                 f'data.path="{data_file}"', "data.think=false", "data.heldout_size=3", "rl.group_size=3",
                 "rl.batch_prompts=2", "rl.max_new_tokens=10", 'model.lora_targets=["q_proj", "v_proj", "lm_head"]',
                 "log.progress=false", "log.tensorboard=false", "log.png=false", "filter.drop_all_correct=false",

@@ -76,7 +76,7 @@ def test_a_served_actor_is_refused_full_weights(tmp_path):
     from agent.fleet.settings import BrokerConfig
     from train.adapters import AdapterRef
 
-    config = load_train_config(None, ['model.path="tiny"', 'model.finetune="full"', 'train.stage="rl"',
+    config = load_train_config(None, ['model.id="tiny"', 'model.finetune="full"', 'train.stage="rl"',
                                       f'train.run_dir="{tmp_path}"'])
     options = ActorOptions(name="a1", env="generated/click", policy_url="http://127.0.0.1:9/v1")
     with pytest.raises(OnlineError, match="LoRA adapters at run time only.*leave --policy out"):
@@ -93,7 +93,7 @@ def test_an_actor_takes_its_step_reward_from_data_reward_and_refuses_one_without
     from agent.fleet.settings import BrokerConfig
 
     def actor(reward: str) -> FleetActor:
-        config = load_train_config(None, ['model.path="tiny"', 'train.stage="rl"', f'data.reward="{reward}"',
+        config = load_train_config(None, ['model.id="tiny"', 'train.stage="rl"', f'data.reward="{reward}"',
                                           f'train.run_dir="{tmp_path}"'])
         return FleetActor(config, ActorOptions(name="a1", env="generated/click"), BrokerConfig("127.0.0.1"),
                           b"k" * 32)

@@ -174,7 +174,7 @@ def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(KEY_ENV, raising=False)
-    tiny = ["--set", 'model.path="tiny"']
+    tiny = ["--set", 'model.id="tiny"']
     assert main(["actor", "--broker", "mqtt://127.0.0.1:9", "--device", "web", "--env", "generated/click",
                  *tiny]) == 2
     assert "no fleet key" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from policy.model import ModelPolicy
 from policy.presets import Decoding, preset_for
 from tests.support.openai_server import OpenAICompatServer
 from train.adapters import AdapterStore
+from train.config import RLConfig, TrainModelConfig
 from train.transport import InProcessTransport
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -38,7 +39,7 @@ def test_versions_go_to_the_policy_server_and_answers_name_them(model_dir, tmp_p
     from policy.backends.hf import TransformersBackend
     from train.learner import Learner
 
-    learner = Learner(TransformersBackend(model_dir, preset=PRESET), lora_targets=("q_proj", "v_proj"))
+    learner = Learner(TransformersBackend(model_dir, preset=PRESET), model=TrainModelConfig(lora_targets=("q_proj", "v_proj")))
     store, transport = AdapterStore(tmp_path / "adapters"), InProcessTransport()
     with OpenAICompatServer.for_model_dir(model_dir, model_name="tiny", preset=PRESET) as server:
         backend = ServedAdapters(server.url, "tiny", folder_root=tmp_path / "served")
