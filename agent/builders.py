@@ -13,13 +13,11 @@ imported only inside the builder that needs them, so importing this module costs
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agent.config import Config
     from agent.guard import Guard
-    from devices.actions import Action
     from devices.base import Device
     from policy.base import Policy
     from policy.model import ModelPolicy

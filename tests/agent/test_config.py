@@ -96,3 +96,94 @@ def test_config_is_frozen():
     cfg = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.agent.max_steps = 3  # type: ignore[misc]
+
+
+# -- one configuration story: unset is None, one model key, [online] a section -------------------------------------
+def test_files_written_before_keep_reading_and_say_what_to_write_now(tmp_path, caplog):
+    """A training file of the older form (``model.path``, and 0 / -1 for "unset") still reads, each old spelling
+    with a warning that names the new one; the same values from Python are refused with the reason."""
+    from agent.config import load_train_config
+    from train.config import RLConfig
+
+    old = tmp_path / "old.toml"
+    old.write_text('[model]\npath = "tiny"\nmin_pixels = 0\n[rl]\nlr = 0\nkl_coef = -1\nmax_staleness = -1\n'
+                   'clip_high = 0\ndual_clip = 0\nmax_is_ratio = 0\n[online]\nmax_policy_lag = -1\nmax_steps = 0\n')
+    with caplog.at_level("WARNING", logger="agent.config"):
+        cfg = load_train_config(old)
+    assert cfg.model.id == "tiny" and cfg.model.min_pixels is None
+    rl = cfg.rl
+    assert (rl.lr, rl.kl_coef, rl.max_staleness, rl.clip_high, rl.dual_clip, rl.max_is_ratio) == (None,) * 6
+    assert (cfg.online.max_policy_lag, cfg.online.max_steps) == (None, None)
+    said = caplog.text
+    assert "model.path is now model.id" in said and "rl.kl_coef = -1 used to mean unset" in said
+    assert said.count("used to mean unset") == 9
+    both = tmp_path / "both.toml"
+    both.write_text('[model]\npath = "a"\nid = "b"\n')
+    with pytest.raises(ConfigError, match="model.path and model.id are the same option"):
+        load_train_config(both)
+    for name, value in (("lr", 0.0), ("kl_coef", -1.0), ("dual_clip", 0.0), ("max_staleness", -1)):
+        with pytest.raises(ValueError, match=f"{name}={value} was the old way to write unset"):
+            RLConfig(**{name: value})
+
+
+def test_unset_is_written_none_and_a_real_zero_stays_zero():
+    from agent.config import load_train_config
+
+    cfg = load_train_config(None, ["rl.dual_clip=none", "rl.kl_coef=0", "rl.max_staleness=0", "rl.lr=3e-5",
+                                   'checkpoint.keep="NONE"'])
+    assert cfg.rl.dual_clip is None and cfg.rl.kl_coef == 0.0 and cfg.rl.max_staleness == 0 and cfg.rl.lr == 3e-5
+    assert cfg.checkpoint.keep is None
+    with pytest.raises(ConfigError, match=r"rl.lr must be float, got 'fast' \(str\) \(or none, to leave it unset\)"):
+        load_train_config(None, ["rl.lr=fast"])
+
+
+def test_the_learner_takes_its_defaults_from_the_configs_it_is_given():
+    """One place for the update's defaults: ``Learner`` reads ``[rl]`` and ``[model]``; unset fields take the
+    algorithm's and the fine-tuning mode's values (hand-listed: docs/algorithms.md, "Defaults against the papers")."""
+    import inspect
+
+    from train.config import RLConfig
+    from train.learner import Learner
+
+    params = set(inspect.signature(Learner).parameters)
+    assert params == {"backend", "rl", "model", "algo", "total_steps", "adapter_name", "accelerator", "seed"}
+    assert RLConfig().lr is None and RLConfig().clip_high is None and RLConfig().kl_coef is None
+
+
+def test_online_settings_are_a_section_settable_with_set(tmp_path):
+    """Every online setting, the phones' serials included, comes from ``[online]`` or ``--set online.*``; a flag
+    wins over both."""
+    from agent.cli import build_parser
+    from agent.cli.train_online import session_settings
+
+    conf = tmp_path / "train.toml"
+    conf.write_text('[model]\nid = "tiny"\n[online]\nenv = "android/wifi"\ndevice_kind = "android"\ndevices = 2\n'
+                    'max_episodes = 7\n')
+    args = build_parser().parse_args(["train", "--online", "--config", str(conf), "--run-dir", str(tmp_path / "run"),
+                                      "--set", 'online.serials=["phone-1", "phone-2"]', "--set",
+                                      "online.torch_threads=1", "--devices", "1"])
+    config, online = session_settings(args)
+    assert online is config.online
+    assert (online.env, online.device_kind, online.serials, online.max_episodes, online.torch_threads,
+            online.devices) == ("android/wifi", "android", ("phone-1", "phone-2"), 7, 1, 1)
+    args = build_parser().parse_args(["train", "--online", "--set", 'model.id="tiny"'])
+    with pytest.raises(ConfigError, match="needs the environment the actors run: --env ENV"):
+        session_settings(args)
+
+
+def test_an_online_run_folder_of_the_older_form_resumes(tmp_path):
+    """``--resume`` of a run folder written before ``[online]`` was a section: its settings (0 / -1 for unset, a key
+    since removed) and training overrides (``model.path``) read back."""
+    import json
+
+    from agent.config import load_train_config
+    from agent.online.settings import load_session
+
+    (tmp_path / "online.json").write_text(json.dumps({
+        "online": {"env": "generated/click", "devices": 3, "max_policy_lag": -1, "max_steps": 0, "serials": [],
+                   "retired_setting": 1},
+        "train_overrides": ['model.path="tiny"', "rl.lr=0.0", 'train.stage="rl"']}))
+    cfg = load_train_config(None, load_session(tmp_path))
+    assert (cfg.online.env, cfg.online.devices, cfg.online.max_policy_lag, cfg.online.max_steps) == (
+        "generated/click", 3, None, None)
+    assert cfg.model.id == "tiny" and cfg.rl.lr is None

@@ -20,7 +20,7 @@ from envs.records import Outcome
 from envs.trajectory import iter_episodes
 from tests.conftest import REPO, descendants
 from train.metrics import read_metrics
-from train.config import RLConfig, TrainModelConfig
+from train.config import TrainModelConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -18,7 +18,7 @@ from envs.trajectory import iter_episodes
 from policy.backends.swap import unique_state
 from tests.agent.test_online import ForceFirstAnswer, chromium_children, config, until, versions
 from train.errors import CheckpointError
-from train.config import RLConfig, TrainModelConfig
+from train.config import TrainModelConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.fleet.keys import KEY_ENV
-from tests.conftest import REPO
 from tests.support.mosquitto import Mosquitto
 from tests.support.xvfb import start_xvfb
 

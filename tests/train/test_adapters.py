@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from train.adapters import (AdapterChecksumError, AdapterError, AdapterPathError, AdapterRef, AdapterStore,
-from train.config import RLConfig, TrainModelConfig
                             adapter_digest, load_verified, verify_adapter)
+from train.config import TrainModelConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

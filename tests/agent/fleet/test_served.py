@@ -19,7 +19,7 @@ from policy.model import ModelPolicy
 from policy.presets import Decoding, preset_for
 from tests.support.openai_server import OpenAICompatServer
 from train.adapters import AdapterStore
-from train.config import RLConfig, TrainModelConfig
+from train.config import TrainModelConfig
 from train.transport import InProcessTransport
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
