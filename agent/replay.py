@@ -8,7 +8,7 @@ A demonstration (or any recorded episode) is re-executed through the one episode
 ``ReplayPolicy``: a ``ScriptedPolicy`` (``policy/scripted.py``) that yields the recorded actions, so the replay is
 itself a recorded run. Each action goes through the coordinate contract as recorded, except on the web, where the
 recorded element is looked for again (the step's ``info.env_info.demo.selector`` in its frame,
-``devices.web_locate``): a click, double or right click, hover, long press or drag starts at the element's current
+``devices.web.locate``): a click, double or right click, hover, long press or drag starts at the element's current
 centre, and typing goes into the element (clicked first unless it already has the focus).
 
 Left out, each with its reason in the report: steps that were not executed in the recording (an output that did not
@@ -267,7 +267,7 @@ class ReplayPolicy:
     async def _aim(self, entry: PlannedStep, action: Action) -> tuple[Action, str, str]:
         """(the action to perform, what became of its element, a note). Only the web can look elements up."""
         from devices.web import PlaywrightDevice
-        from devices.web_locate import centre_of, locate
+        from devices.web.locate import centre_of, locate
 
         device = getattr(self.env, "device", None)
         if not entry.selector or not isinstance(device, PlaywrightDevice):

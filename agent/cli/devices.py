@@ -21,8 +21,8 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     from agent.config import load_config
     from agent.errors import AgentError
-    from devices.browser import find_browser
     from devices.errors import DeviceError
+    from devices.web.browser import find_browser
 
     try:
         cfg = load_config(config_path(args.config), list(args.overrides))

@@ -66,8 +66,8 @@ def _playwright() -> Finding:
 
 
 def _browser() -> Finding:
-    from devices.browser import find_browser
     from devices.errors import DeviceUnavailable
+    from devices.web.browser import find_browser
 
     try:
         return Finding("browser", True, find_browser())
@@ -76,7 +76,7 @@ def _browser() -> Finding:
 
 
 def _cjk_font() -> Finding:
-    from devices.browser import has_cjk_font
+    from devices.web.browser import has_cjk_font
 
     cjk = has_cjk_font()
     return Finding("CJK font", cjk, "found" if cjk else "install fonts-noto-cjk" if cjk is False

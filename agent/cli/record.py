@@ -94,7 +94,7 @@ def make_recorder(cfg: Any, kind: str, serial: str, args: argparse.Namespace) ->
     if kind == "android":
         return android_recorder(cfg, serial), None
     from devices.web import PlaywrightDevice, check_url
-    from devices.web_recorder import WebRecorder
+    from devices.web.recorder import WebRecorder
 
     site = None
     url = args.url

@@ -17,7 +17,7 @@ import pytest
 from agent.record import record_demonstration
 from devices.actions import Action, ActionKind, Point
 from devices.web import PlaywrightDevice, WebConfig
-from devices.web_recorder import WebRecorder
+from devices.web.recorder import WebRecorder
 from envs.conformance import check_env
 from envs.derived import derive_task, load_task, register_tasks, wanted_for_derive
 from envs.derived.env import open_fresh

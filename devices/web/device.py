@@ -33,7 +33,6 @@ import numpy as np
 
 from devices.actions import Action, ActionKind, Point, ScrollDirection
 from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation
-from devices.browser import find_browser, has_cjk_font
 from devices.errors import (
     DeviceDisconnected,
     DeviceError,
@@ -46,8 +45,9 @@ from devices.errors import (
 from devices.frames import decode, small_gray
 from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
-from devices.web_config import URL_SCHEMES, WebConfig, check_url  # noqa: F401 - imported from here by callers
-from devices.web_scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
+from devices.web.browser import find_browser, has_cjk_font
+from devices.web.config import WebConfig, check_url
+from devices.web.scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
                                   VIEW_JS)
 
 log = logging.getLogger(__name__)
