@@ -1,6 +1,6 @@
 """Android tasks on the fake phone (tests/support/fake_adbd.py) through a private real adb server:
 set-up really changes the phone, checkers read the phone's state, the oracle reaches reward 1,
-and the step verifier agrees with it (every "android/*" environment passes check_env: tests/envs/test_conformance.py)."""
+and the step verifier agrees with it (check_env on every "android/*" environment: tests/envs/test_conformance.py)."""
 
 from __future__ import annotations
 
