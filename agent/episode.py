@@ -20,8 +20,8 @@ from agent.guard import GuardDecision, GuardVerdict
 from agent.person import Person
 from agent.secrets import MASK, PLACEHOLDER, Secrets
 from devices.actions import RUNNER_KINDS, TERMINAL_KINDS, Action, ActionKind
-from devices.base import Observation
-from envs.base import StepEffect, StepVerdict
+from devices.base import Device, Observation
+from envs.base import Env, StepEffect, StepResult, StepVerdict
 from envs.records import EpisodeRecord, Outcome, StepRecord, json_safe
 from envs.trajectory import EpisodeWriter
 from policy.base import Decision, HistoryEntry, Policy
@@ -99,7 +99,7 @@ class PhaseClock:
 class EpisodeBook:
     """What the runner knows about the episode in progress (see the module docstring)."""
 
-    def __init__(self, env: Any, writer: EpisodeWriter, options: RunOptions, secrets: Secrets,
+    def __init__(self, env: Env, writer: EpisodeWriter, options: RunOptions, secrets: Secrets,
                  on_step: Callable[[StepRecord], None] | None) -> None:
         self.env, self.writer, self.options, self.secrets, self.on_step = env, writer, options, secrets, on_step
         self.clock = PhaseClock()
@@ -114,19 +114,17 @@ class EpisodeBook:
         self._frame_job: asyncio.Future[str] | None = None
         self._decision: Decision | None = None
         self._started_at = 0.0
-        self._supported: frozenset[ActionKind] | None = None
-        self.device: Any = None
-        """The environment's device, once reset (None when it has none it shows)."""
+        self.device: Device | None = None
+        """The environment's device, once reset (None when it acts on none, as a recording)."""
 
     # -- the start ------------------------------------------------------------------------------------------------
     def start(self, info: dict[str, Any], seed: int | None, policy: Policy) -> str:
         """After reset: the episode's record gets its task, environment, device and policy; returns the task."""
         self.seed = seed
         task = str(info.get("instruction", ""))
-        self.device = _env_device(self.env)
-        self._supported = getattr(self.device, "supported_actions", None)
-        env_fields = {"name": getattr(self.env, "name", type(self.env).__name__), "seed": seed}
-        if getattr(self.env, "max_steps", None) is not None:
+        self.device = self.env.device
+        env_fields: dict[str, Any] = {"name": self.env.name, "seed": seed}
+        if self.env.max_steps is not None:
             env_fields["max_steps"] = self.env.max_steps
         self.writer.update(**self.secrets.redact_value({
             "task": task, "policy": _describe(policy), "device": _describe(self.device) if self.device else {},
@@ -162,9 +160,9 @@ class EpisodeBook:
         action = decision.action
         if action is None:
             return "PolicyParseError", f"output did not parse: {decision.parse_error}", False
-        if action.kind not in RUNNER_KINDS and self._supported is not None and action.kind not in self._supported:
-            name = getattr(_env_device(self.env), "name", "this")
-            return "UnsupportedAction", f"{name} device cannot {action.kind.value}", True
+        device = self.device
+        if action.kind not in RUNNER_KINDS and device is not None and action.kind not in device.supported_actions:
+            return "UnsupportedAction", f"{device.name} device cannot {action.kind.value}", True
         return None
 
     async def reject(self, step: StepRecord, obs: Observation, kind: str, note: str, is_error: bool) -> None:
@@ -230,8 +228,7 @@ class EpisodeBook:
                                     observation=obs))
 
     # -- executed steps -------------------------------------------------------------------------------------------
-    async def stepped(self, step: StepRecord, obs: Observation, action: Action,
-                      result: tuple[Observation, float, bool, bool, dict[str, Any]]) -> Observation:
+    async def stepped(self, step: StepRecord, obs: Observation, action: Action, result: StepResult) -> Observation:
         """Record a step the environment took; decide the outcome if the episode ended. Returns the next screen."""
         next_obs, reward, terminated, truncated, info = result
         info = dict(info)
@@ -263,7 +260,7 @@ class EpisodeBook:
             self._terminated(action, checker, info)
         elif truncated:
             self.outcome = Outcome.TRUNCATED
-            budget = getattr(self.env, "max_steps", None)
+            budget = self.env.max_steps
             self.finish_fields["reason"] = {"type": "StepBudget", "message": (
                 f"{budget} steps used without finishing" if budget else "the environment truncated the episode")}
         return next_obs
@@ -338,7 +335,7 @@ class EpisodeBook:
         await self.finish()
 
     async def finish(self) -> EpisodeResult:
-        rewarded = getattr(self.env, "rewarded", True)
+        rewarded = self.env.rewarded
         record: EpisodeRecord = self.writer.finish(
             self.outcome or Outcome.ABORTED, timings={k: round(v, 6) for k, v in self.clock.totals.items()},
             return_=self.total if rewarded else None, **self.secrets.redact_value(self.finish_fields))
@@ -355,18 +352,11 @@ class EpisodeBook:
                 pass
 
 
-def _env_device(env: Any) -> Any:
-    try:
-        return getattr(env, "device", None)
-    except Exception:  # an environment that has no device yet says so by raising
-        return None
-
-
-def _describe(thing: Any) -> dict[str, Any]:
+def _describe(thing: Policy | Device) -> dict[str, Any]:
     try:
         return jsonable(thing.describe())
     except Exception:  # describing is for the record only; never worth an episode
-        return {"name": getattr(thing, "name", type(thing).__name__)}
+        return {"name": thing.name}
 
 
 def _effect_info(effect: StepEffect | None) -> dict[str, Any]:

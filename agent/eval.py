@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.runner import TYPED_ERRORS, EpisodeResult, RunOptions, run_episode
+from envs.base import Env
 from envs.records import Outcome, json_safe
 from envs.registry import make
 from envs.trajectory import RunWriter
@@ -48,7 +49,7 @@ EVAL_PHASES = ("reset", "decide", "verify", "act", "settle", "record")
 
 Z95 = 1.959963984540054
 
-PolicyFactory = Callable[[Any], Policy]
+PolicyFactory = Callable[[Env], Policy]
 EpisodeCallback = Callable[["EpisodeResult"], None]
 
 
@@ -165,20 +166,20 @@ class _Pool:
     def __init__(self, name: str, max_steps: int | None) -> None:
         self.name = name
         self.max_steps = max_steps
-        self.idle: list[Any] = []
-        self.all: list[Any] = []
+        self.idle: list[Env] = []
+        self.all: list[Env] = []
 
-    def take(self) -> Any:
+    def take(self) -> Env:
         if self.idle:
             return self.idle.pop()
-        env = make(self.name, max_steps=self.max_steps)
+        env: Env = make(self.name, max_steps=self.max_steps)
         self.all.append(env)
         return env
 
-    def give(self, env: Any) -> None:
+    def give(self, env: Env) -> None:
         self.idle.append(env)
 
-    async def drop(self, env: Any) -> None:
+    async def drop(self, env: Env) -> None:
         if env in self.all:
             self.all.remove(env)
         await _close(env)
@@ -189,11 +190,11 @@ class _Pool:
             await _close(env)
 
 
-async def _close(env: Any) -> None:
+async def _close(env: Env) -> None:
     try:
         await asyncio.wait_for(env.close(), timeout=15)
     except (Exception, asyncio.CancelledError) as e:  # closing is best effort
-        log.warning("closing %s failed: %s: %s", getattr(env, "name", env), type(e).__name__, e)
+        log.warning("closing %s failed: %s: %s", env.name, type(e).__name__, e)
 
 
 async def evaluate(
@@ -240,7 +241,7 @@ async def evaluate(
         async with gate:
             pool = pools[name]
             writer = run.episode(task="", env={"name": name, "seed": ep_seed})
-            env = None
+            env: Env | None = None
             try:
                 env = pool.take()
                 policy = policy_factory(env)

@@ -8,7 +8,7 @@ A demonstration (or any recorded episode) is re-executed through the one episode
 ``ReplayPolicy``: a ``ScriptedPolicy`` (``policy/scripted.py``) that yields the recorded actions, so the replay is
 itself a recorded run. Each action goes through the coordinate contract as recorded, except on the web, where the
 recorded element is looked for again (the step's ``info.env_info.demo.selector`` in its frame,
-``devices.web_locate``): a click, double or right click, hover, long press or drag starts at the element's current
+``devices.web.locate``): a click, double or right click, hover, long press or drag starts at the element's current
 centre, and typing goes into the element (clicked first unless it already has the focus).
 
 Left out, each with its reason in the report: steps that were not executed in the recording (an output that did not
@@ -48,6 +48,7 @@ from devices.errors import InvalidAction
 from devices.frames import blur_boxes, small_gray
 from devices.recording import MASKED_TEXT
 from devices.settle import changed_fraction
+from envs.base import Env
 from envs.errors import RecordFormatError
 from envs.records import StepRecord
 from envs.trajectory import Episode, EpisodeWriter
@@ -210,7 +211,7 @@ class ReplayPolicy:
 
     name = "replay"
 
-    def __init__(self, episode: Episode, plan: Sequence[PlannedStep], env: Any) -> None:
+    def __init__(self, episode: Episode, plan: Sequence[PlannedStep], env: Env) -> None:
         self.episode = episode
         self.entries = [p for p in plan if p.action is not None]
         self.script = ScriptedPolicy([p.action for p in self.entries if p.action is not None])
@@ -255,10 +256,10 @@ class ReplayPolicy:
         cannot hover). A person's pointer rests on a button before the click, so a recorded frame often shows the
         target hovered, while the replay's own frame shows it as the previous action left the pointer; the screen
         is compared both ways and the closer one counts."""
-        device = getattr(self.env, "device", None)
+        device = self.env.device
         if action.point is None or action.kind not in POINTED_KINDS or device is None:
             return None
-        if ActionKind.HOVER not in getattr(device, "supported_actions", ()):
+        if ActionKind.HOVER not in device.supported_actions:
             return None
         await device.act(Action(ActionKind.HOVER, point=action.point))
         await device.settle()
@@ -267,9 +268,9 @@ class ReplayPolicy:
     async def _aim(self, entry: PlannedStep, action: Action) -> tuple[Action, str, str]:
         """(the action to perform, what became of its element, a note). Only the web can look elements up."""
         from devices.web import PlaywrightDevice
-        from devices.web_locate import centre_of, locate
+        from devices.web.locate import centre_of, locate
 
-        device = getattr(self.env, "device", None)
+        device = self.env.device
         if not entry.selector or not isinstance(device, PlaywrightDevice):
             return action, "", ""
 
@@ -350,7 +351,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(float(value), 4)
 
 
-async def replay_episode(episode: Episode, plan: Sequence[PlannedStep], env: Any, writer: EpisodeWriter, *,
+async def replay_episode(episode: Episode, plan: Sequence[PlannedStep], env: Env, writer: EpisodeWriter, *,
                          tolerances: Tolerances = Tolerances(), secrets: Secrets | None = None, guard: Any = None,
                          person: Any = None, assume_yes: bool = False,
                          on_step: Callable[[StepRecord], None] | None = None,

@@ -52,6 +52,7 @@ from agent.probe import Probe
 from agent.secrets import Secrets
 from devices.actions import ActionKind
 from devices.errors import DeviceError, UnsupportedAction
+from envs.base import Env
 from envs.errors import EnvError
 from envs.records import StepRecord
 from envs.trajectory import EpisodeWriter
@@ -65,7 +66,7 @@ TYPED_ERRORS = (DeviceError, PolicyError, EnvError, AgentError)
 
 
 async def run_episode(
-    env: Any,
+    env: Env,
     policy: Policy,
     writer: EpisodeWriter,
     *,

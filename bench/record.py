@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from agent.record import record_demonstration  # noqa: E402
 from devices.web import PlaywrightDevice, WebConfig  # noqa: E402
-from devices.web_recorder import WebRecorder  # noqa: E402
+from devices.web.recorder import WebRecorder  # noqa: E402
 from envs.records import Actor  # noqa: E402
 from envs.recording import RecordingEnv  # noqa: E402
 from envs.trajectory import RunWriter  # noqa: E402

@@ -1,4 +1,5 @@
-"""Observation, ActionResult and the async Device protocol that every driver implements."""
+"""Observation, ActionResult and the async Device protocol that every driver implements, and the checks every
+driver's ``act`` starts with (``check_act``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
-from devices.actions import Action, ActionKind
+from devices.actions import TERMINAL_KINDS, Action, ActionKind
+from devices.errors import DeviceError, InvalidAction, UnsupportedAction
+from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleResult
 
 
@@ -151,6 +154,27 @@ class Device(Protocol):
     def describe(self) -> dict[str, Any]:
         """Facts about the device for the episode record (kind, size, versions)."""
         ...
+
+
+def check_act(device: Device, action: Action, *, started: bool, phone_keys: bool = False, lacking: str = "") -> None:
+    """Refuse, before anything is done, what ``device.act(action)`` cannot do; every driver's ``act`` starts here.
+
+    ``finish`` and ``infeasible`` are InvalidAction (they end the episode in the runner and never reach a device); a
+    kind outside ``device.supported_actions``, or a key only phones have (``devices.keys.PHONE_ONLY_KEYS``) on a
+    device without ``phone_keys``, is UnsupportedAction naming what the device supports (``lacking`` says why it
+    lacks the others); a device not ``started`` is a DeviceError saying to start it.
+    """
+    kind, name, supported = action.kind, device.name, device.supported_actions
+    if kind not in supported:
+        if kind in TERMINAL_KINDS:
+            raise InvalidAction(f"{kind.value} ends the episode and is not sent to a device")
+        why = f" ({lacking})" if lacking else ""
+        raise UnsupportedAction(f"the {name} device cannot {kind.value}{why}; it supports "
+                                f"{', '.join(sorted(k.value for k in supported))}")
+    if not phone_keys and set(action.keys) & PHONE_ONLY_KEYS:
+        raise UnsupportedAction(f"the {name} device has no {'+'.join(action.keys)} key (it is a phone key)")
+    if not started:
+        raise DeviceError(f"cannot {kind.value}: the {name} device is not started; call `await device.start()` first")
 
 
 class AsyncContextDevice:

@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_KIND", "KIND_MODULES", "DeviceKindSpec", "RecordOptions", "R
 
 DEFAULT_KIND = "web"
 """The device a command drives when none is named (a headless browser: no phone, display or GPU needed)."""
-KIND_MODULES = ("devices.web_kind", "devices.desktop.kind", "devices.android.kind")
+KIND_MODULES = ("devices.web.kind", "devices.desktop.kind", "devices.android.kind")
 """Modules whose import registers a device kind, in the order commands list them."""
 
 

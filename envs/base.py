@@ -21,8 +21,20 @@ What a step's ``info`` may hold, read by the episode runner (``agent/runner.py``
 - ``"success"`` and ``"verdict"``: the task checker's judgement, when the step ended the episode.
 - ``"dry_run"``: True when the action was deliberately not performed (``envs.wrappers.DryRun``).
 
-``rewarded`` (an attribute, True unless said otherwise) is False for an environment without a
-checker: its rewards are all 0 and mean nothing, so records of its episodes store no return.
+What the runner (and every other caller) reads of an environment is the ``Env`` protocol below, nothing else:
+
+- ``name``: the environment's name in records ("generated/click");
+- ``device``: the ``Device`` it acts on (the runner checks action kinds against it, the guard reads elements through
+  it, the record describes it); None until the first ``reset`` makes one (a device passed in is there from the
+  start), or for an environment that acts on none (a recording);
+- ``max_steps``: the step budget, None when there is none (an environment is unbounded; ``TimeLimit`` sets it);
+- ``rewarded``: False for an environment without a checker: its rewards are all 0 and mean nothing, so records of
+  its episodes store no return;
+- ``unwrapped``: the environment inside every wrapper (itself, for an environment).
+
+``BaseEnv`` gives an environment class those defaults (no device, no budget, rewarded, itself unwrapped). Wrappers
+forward exactly this contract; what else an environment offers (the ground truth an oracle plays: ``current_step``,
+``oracle_action``, ``check``) is reached through ``env.unwrapped``, typed by its class.
 
 Every registered environment passes ``check_env`` (envs/conformance.py).
 """
@@ -32,7 +44,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from devices.actions import Action
 from devices.base import ActionResult, Device, Observation
@@ -81,23 +93,56 @@ async def timed_observe(device: Device, effect: StepEffect | None) -> Observatio
     return obs
 
 
+StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
+"""What ``step`` returns: (obs, reward, terminated, truncated, info)."""
+
+
 @runtime_checkable
 class Env(Protocol):
-    """A task environment on a device. The step budget is not part of it: see ``envs.wrappers``."""
+    """A task environment on a device (see the module docstring). The step budget is not part of an environment:
+    see ``envs.wrappers``."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def device(self) -> Device | None: ...
+
+    @property
+    def max_steps(self) -> int | None: ...
+
+    @property
+    def rewarded(self) -> bool: ...
+
+    @property
+    def unwrapped(self) -> Env: ...
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                     ) -> tuple[Observation, dict[str, Any]]: ...
 
-    async def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]: ...
+    async def step(self, action: Action) -> StepResult: ...
 
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict] | None: ...
 
     async def close(self) -> None: ...
 
 
-class OwnsDevice:
+class BaseEnv:
+    """The defaults of the ``Env`` contract for an environment class (wrappers forward them instead)."""
+
+    device: Device | None = None
+    """No device the runner may use, unless the environment says which (``OwnsDevice``, ``TaskEnv``)."""
+    max_steps: int | None = None
+    """No budget of its own: the step budget is ``TimeLimit``'s."""
+    rewarded: bool = True
+    """Its rewards come from a checker, unless it says otherwise (``TaskEnv`` without one, ``RecordingEnv``)."""
+
+    @property
+    def unwrapped(self) -> Self:
+        return self
+
+
+class OwnsDevice(BaseEnv):
     """Device ownership for environments: a device passed in is borrowed (the caller closes it);
     otherwise the environment creates one on first reset and closes it in ``close``."""
 
@@ -111,6 +156,11 @@ class OwnsDevice:
 
     @property
     def device(self) -> Any:
+        """The device; None until the first reset made one, unless one was passed in."""
+        return self._device
+
+    def _started_device(self) -> Any:
+        """The device, for the environment's own calls: EnvError before the first reset made one."""
         if self._device is None:
             from envs.errors import EnvError
 

@@ -20,12 +20,13 @@ from typing import Any
 from devices.actions import TERMINAL_KINDS, Action, ActionKind
 from devices.base import ActionResult, Observation
 from devices.recording import DemoEvent, Recorder
-from envs.base import StepEffect, StepVerdict
+from envs.base import BaseEnv, StepEffect, StepVerdict
 from envs.errors import EnvError
 
 
-class RecordingEnv:
-    """A demonstration in progress (see the module docstring)."""
+class RecordingEnv(BaseEnv):
+    """A demonstration in progress (see the module docstring). It acts on no device (``device`` is None: the person
+    acts) and has no checker (``rewarded`` is False)."""
 
     rewarded = False
 

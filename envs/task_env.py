@@ -18,14 +18,14 @@ from typing import Any
 
 from devices.actions import Action, ActionKind
 from devices.base import Device, Observation
-from envs.base import StepVerdict, perform, timed_observe
+from envs.base import BaseEnv, StepVerdict, perform, timed_observe
 from envs.errors import EnvError
 from envs.tasks import TaskVerdict
 
 Checker = Callable[[Any], Awaitable[TaskVerdict]]
 
 
-class TaskEnv:
+class TaskEnv(BaseEnv):
     """An instruction on a device (see the module docstring)."""
 
     def __init__(self, device: Device, instruction: str, *, checker: Checker | None = None, name: str = "task",

@@ -3,9 +3,10 @@
     env = TimeLimit(GeneratedEnv("click"), max_steps=3)   # what envs.registry.make(..., max_steps=3) returns
     env = TimeLimit(DryRun(TaskEnv(device, "Click Save")), max_steps=15)
 
-A wrapper forwards every attribute it does not define to the environment inside it, so an oracle
-reading ``env.current_step()`` or a runner reading ``env.device`` sees through any stack of wrappers;
-``env.unwrapped`` is the innermost environment.
+A wrapper forwards the ``Env`` contract (``envs.base``: reset, step, verify, close, name, device, max_steps,
+rewarded) to the environment inside it and nothing else, as Gymnasium 1.0 does: what else an environment offers (an
+oracle's ``current_step()``, a checker's ``check()``) is reached through ``env.unwrapped``, the innermost
+environment.
 """
 
 from __future__ import annotations
@@ -14,27 +15,36 @@ from collections.abc import Sequence
 from typing import Any
 
 from devices.actions import Action, ActionKind
-from devices.base import Observation
-from envs.base import StepVerdict
+from devices.base import Device, Observation
+from envs.base import Env, StepResult, StepVerdict
 from envs.errors import EnvError
-
-StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
 
 
 class Wrapper:
-    """Forwards reset, step, verify, close and every other attribute to ``env``."""
+    """Forwards the ``Env`` contract to ``env`` (see the module docstring)."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Env) -> None:
         self.env = env
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # keep copy/pickle protocols from reaching into the inner env
-            raise AttributeError(name)
-        return getattr(self.env, name)
+    @property
+    def name(self) -> str:
+        return self.env.name
 
     @property
-    def unwrapped(self) -> Any:
-        return getattr(self.env, "unwrapped", self.env)
+    def device(self) -> Device | None:
+        return self.env.device
+
+    @property
+    def max_steps(self) -> int | None:
+        return self.env.max_steps
+
+    @property
+    def rewarded(self) -> bool:
+        return self.env.rewarded
+
+    @property
+    def unwrapped(self) -> Env:
+        return self.env.unwrapped
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                     ) -> tuple[Observation, dict[str, Any]]:
@@ -61,13 +71,16 @@ class TimeLimit(Wrapper):
     the episode runner bounds those separately.
     """
 
-    def __init__(self, env: Any, max_steps: int) -> None:
+    def __init__(self, env: Env, max_steps: int) -> None:
         super().__init__(env)
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise EnvError(f"{getattr(env, 'name', type(env).__name__)}: max_steps={max_steps!r} must be a whole "
-                           f"number of at least 1")
-        self.max_steps = max_steps
+            raise EnvError(f"{env.name}: max_steps={max_steps!r} must be a whole number of at least 1")
+        self._max_steps = max_steps
         self.elapsed_steps = 0
+
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                     ) -> tuple[Observation, dict[str, Any]]:
@@ -92,7 +105,7 @@ class DryRun(Wrapper):
     ``planned``). ``infeasible`` reaches the environment: the policy found no plan.
     """
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Env) -> None:
         super().__init__(env)
         self._last: Observation | None = None
 
@@ -106,7 +119,7 @@ class DryRun(Wrapper):
         if action.kind is ActionKind.INFEASIBLE:
             return await self.env.step(action)
         if self._last is None:
-            raise EnvError(f"{getattr(self.env, 'name', 'the environment')}: call `await env.reset()` before stepping")
+            raise EnvError(f"{self.env.name}: call `await env.reset()` before stepping")
         if action.kind is ActionKind.FINISH:
             return self._last, 0.0, True, False, {"dry_run": True, "planned": True}
         return self._last, 0.0, False, False, {"dry_run": True}

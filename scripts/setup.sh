@@ -59,8 +59,8 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# A browser: Playwright's own or the system's (devices/browser.py decides the same way at run time).
-if ! "$VENV/bin/python" -c 'from devices.browser import find_browser
+# A browser: Playwright's own or the system's (devices/web/browser.py decides the same way at run time).
+if ! "$VENV/bin/python" -c 'from devices.web.browser import find_browser
 import sys
 from playwright.sync_api import sync_playwright
 with sync_playwright() as p: path = p.chromium.executable_path

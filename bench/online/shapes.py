@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from devices.actions import Action, ActionKind
-from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
+from envs.base import StepVerdict
+from envs.checked import CheckedEnv
 from envs.errors import EnvError
 from envs.registry import REGISTRY, register
 from envs.tasks import TaskVerdict
@@ -41,8 +42,10 @@ def _png(image: np.ndarray) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-class ShapesEnv(OwnsDevice):
+class ShapesEnv(CheckedEnv):
     """Shape screens in a browser (see the module docstring)."""
+
+    SETTLE = False  # a static image: nothing to wait for
 
     def __init__(self, distractors: int = 3, background: str = "gradient", device: Any = None,
                  env_name: str = NAME, grid: int = 2, mode: str = "share") -> None:
@@ -50,7 +53,6 @@ class ShapesEnv(OwnsDevice):
         self.grid, self.mode = grid, mode
         self._adopt_device(device)
         self.screen: Any = None
-        self.done = False
 
     async def _ensure_device(self) -> Any:
         if self._device is None:
@@ -69,7 +71,7 @@ class ShapesEnv(OwnsDevice):
         self.screen = make_screen(np.random.default_rng(seed), self.distractors, self.background, self.grid, self.mode)
         device = await self._ensure_device()
         await device.page.set_content(_PAGE.format(s=SIZE, png=_png(self.screen.image)), wait_until="load")
-        self.done = False
+        self.begin_episode()
         obs = await device.observe()
         if obs.size != (SIZE, SIZE):
             raise EnvError(f"{self.name}: the frame is {obs.size}, expected {SIZE}x{SIZE} (device pixel ratio 1)")
@@ -79,27 +81,19 @@ class ShapesEnv(OwnsDevice):
         x1, y1, x2, y2 = self.screen.box
         return x1 <= x <= x2 and y1 <= y <= y2
 
-    async def step(self, action: Action) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        if self.screen is None or self.done:
-            raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
-        verdict: TaskVerdict | None
-        effect = None
-        if action.kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
-            verdict = TaskVerdict(False, 0.0, {"reason": f"{action.kind.value} on a screen whose target is there"})
-        else:
-            effect = await perform(self.device, action, settle=False)  # a static image: nothing to wait for
-            clicks = await self.device.evaluate("() => window.handeye.clicks")
-            verdict = None
-            if clicks:
-                x, y = clicks[0]
-                ok = self._inside(x, y)
-                verdict = TaskVerdict(ok, 1.0 if ok else 0.0, {"click": [x, y], "box": list(self.screen.box)})
-        terminated = self.done = verdict is not None
-        obs = await timed_observe(self.device, effect)
-        info: dict[str, Any] = {} if effect is None else {"effect": effect}
-        if verdict is not None:
-            info["success"], info["verdict"] = verdict.success, verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, False, info
+    async def judge_infeasible(self) -> TaskVerdict:
+        return TaskVerdict(False, 0.0, {"reason": "infeasible on a screen whose target is there"})
+
+    async def judge_finish(self) -> TaskVerdict:
+        return TaskVerdict(False, 0.0, {"reason": "finish on a screen whose target is there"})
+
+    async def judge_step(self, action: Action) -> TaskVerdict | None:
+        clicks = await self._started_device().evaluate("() => window.handeye.clicks")
+        if not clicks:
+            return None
+        x, y = clicks[0]
+        ok = self._inside(x, y)
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {"click": [x, y], "box": list(self.screen.box)})
 
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict]:
         out = []

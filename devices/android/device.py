@@ -34,7 +34,7 @@ from devices.android.replies import (
     parse_raw_screencap,
     parse_ui_dump,
 )
-from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation, check_act
 from devices.errors import DeviceError, DeviceUnavailable, InvalidAction, UnsupportedAction
 from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
@@ -306,14 +306,8 @@ class AndroidDevice(AsyncContextDevice):
     # -- actions --------------------------------------------------------------------------------
     async def act(self, action: Action) -> ActionResult:
         self._fresh = None
+        check_act(self, action, started=self._adb.client is not None, phone_keys=True)
         kind = action.kind
-        if kind not in ANDROID_ACTIONS:
-            if kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
-                raise InvalidAction(f"{kind.value} ends the episode and is not sent to a device")
-            raise UnsupportedAction(
-                f"the android device cannot {kind.value}; it supports "
-                f"{', '.join(sorted(k.value for k in ANDROID_ACTIONS))}"
-            )
         g = await self._geometry() if (action.point is not None or kind is ActionKind.SCROLL) else self.geometry
         commands: list[str] = []
 

@@ -20,19 +20,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from devices.actions import Action, ActionKind, ScrollDirection
-from devices.base import ActionResult, AsyncContextDevice, Box, Observation
+from devices.base import ActionResult, AsyncContextDevice, Box, Observation, check_act
 from devices.desktop.config import DesktopConfig
 from devices.desktop.display import grab_rgb, monitors_of, open_mss, prepare_display, same_display, socket_path, window_at
 from devices.desktop.geometry import MonitorGeometry, ScreenMap, screen_map, scroll_clicks
 from devices.desktop.keyboard import Keyboard, resolve_typing
-from devices.errors import (
-    DeviceDisconnected,
-    DeviceError,
-    DeviceTimeout,
-    DeviceUnavailable,
-    InvalidAction,
-    UnsupportedAction,
-)
+from devices.errors import DeviceDisconnected, DeviceError, DeviceTimeout, DeviceUnavailable
 from devices.frames import small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 
@@ -244,14 +237,9 @@ class DesktopDevice(AsyncContextDevice):
     # -- acting -------------------------------------------------------------------------------------
     async def act(self, action: Action) -> ActionResult:
         self._fresh = None
+        check_act(self, action, started=self._executor is not None,
+                  lacking="no app launcher, URL handler or back/home button on a bare X display")
         kind = action.kind
-        if kind not in DESKTOP_ACTIONS:
-            if kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
-                raise InvalidAction(f"{kind.value} ends the episode and is not sent to a device")
-            raise UnsupportedAction(
-                f"the desktop device cannot {kind.value} (no app launcher, URL handler or back/home button on a "
-                f"bare X display); it supports {', '.join(sorted(k.value for k in DESKTOP_ACTIONS))}"
-            )
         if kind is ActionKind.WAIT:
             await asyncio.sleep(action.duration_s or 0.0)
             return ActionResult(action=action)

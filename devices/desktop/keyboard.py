@@ -18,8 +18,7 @@ import time
 from typing import Any
 
 from devices.desktop.config import DesktopConfig
-from devices.errors import DeviceError, DeviceUnavailable, UnsupportedAction
-from devices.keys import PHONE_ONLY_KEYS
+from devices.errors import DeviceError, DeviceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +282,6 @@ class Keyboard:
 
     def press(self, keys: tuple[str, ...], hotkey: bool) -> None:
         """Press one key (``hotkey`` False: the first of ``keys``) or a combination."""
-        if set(keys) & PHONE_ONLY_KEYS:
-            raise UnsupportedAction(f"the desktop device has no {'+'.join(keys)} key (it is a phone key)")
         from pyautogui import _pyautogui_x11 as x11
 
         keys = keys if hotkey else keys[:1]

@@ -23,12 +23,13 @@ from devices.actions import Action, ActionKind, Point
 from devices.android import AndroidConfig, AndroidDevice
 from devices.base import Observation
 from envs.android.tasks import TASKS, AndroidTask, PhoneStep, StepKind
-from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
+from envs.base import StepVerdict
+from envs.checked import CheckedEnv
 from envs.errors import EnvError
 from envs.tasks import TaskVerdict
 
 
-class AndroidTaskEnv(OwnsDevice):
+class AndroidTaskEnv(CheckedEnv):
     """An Android task on a phone (see the module docstring)."""
 
     def __init__(
@@ -52,7 +53,6 @@ class AndroidTaskEnv(OwnsDevice):
         self.task: AndroidTask | None = None
         self._set_up = False
         self._last_tap: tuple[float, float] | None = None
-        self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
     async def _ensure_device(self) -> AndroidDevice:
@@ -81,7 +81,7 @@ class AndroidTaskEnv(OwnsDevice):
         await self.task.set_up(device)
         self._set_up = True
         self._last_tap = None
-        self.done = False
+        self.begin_episode()
         obs = await device.observe()
         info = {"instruction": self.task.instruction, "task": self.task.name, "params": self.task.params(),
                 "seed": task_seed}
@@ -103,30 +103,19 @@ class AndroidTaskEnv(OwnsDevice):
         """The task's state read from the phone now (success or not yet)."""
         return await self._task().check(self.device)
 
-    async def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        task = self._task()
-        if self.done:
-            raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        effect = None
-        if action.kind is ActionKind.INFEASIBLE:
-            verdict: TaskVerdict | None = TaskVerdict(False, 0.0, {"reason": "declared infeasible; the task is feasible"})
-        elif action.kind is ActionKind.FINISH:
-            verdict = await task.check(self.device)
-            if not verdict.success:
-                verdict = TaskVerdict(False, 0.0, {**verdict.details, "reason": "finished before the task was done"})
-        else:
-            effect = await perform(self.device, action)
-            self._track_focus(action)
-            verdict = await task.check(self.device)
-            if not verdict.success:
-                verdict = None
-        terminated = self.done = verdict is not None
-        obs = await timed_observe(self.device, effect)
-        info: dict[str, Any] = {} if effect is None else {"effect": effect}
-        if verdict is not None:
-            info["success"] = verdict.success
-            info["verdict"] = verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, False, info
+    async def judge_infeasible(self) -> TaskVerdict:
+        return TaskVerdict(False, 0.0, {"reason": "declared infeasible; the task is feasible"})
+
+    async def judge_finish(self) -> TaskVerdict:
+        verdict = await self.check()
+        if verdict.success:
+            return verdict
+        return TaskVerdict(False, 0.0, {**verdict.details, "reason": "finished before the task was done"})
+
+    async def judge_step(self, action: Action) -> TaskVerdict | None:
+        self._track_focus(action)
+        verdict = await self.check()
+        return verdict if verdict.success else None
 
     def _track_focus(self, action: Action) -> None:
         """Remember the last tap: text goes to the field it focused until something else happens."""

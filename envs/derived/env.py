@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from devices.actions import Action, ActionKind
+from devices.actions import Action
 from devices.base import Observation
 from devices.errors import DeviceDisconnected, DeviceError
-from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
+from envs.base import StepVerdict
+from envs.checked import CheckedEnv
 from envs.derived.checkers import check, verdict
 from envs.derived.spec import (AndroidStart, DesktopStart, DeviceKind, OcrTextCondition, TaskSpec, WebStart,
                                load_task)
@@ -45,7 +46,7 @@ SETTLE_ATTEMPTS = 3
 """Tries at letting the start page settle (a capture right after a navigation can fail once)."""
 
 
-class DerivedTaskEnv(OwnsDevice):
+class DerivedTaskEnv(CheckedEnv):
     """A derived task on its device (see the module docstring)."""
 
     def __init__(self, path: str | Path, device: Any = None, serial: str = "", adb_port: int = 5037,
@@ -63,8 +64,6 @@ class DerivedTaskEnv(OwnsDevice):
         self._site: Any = None
         self._app: subprocess.Popen[bytes] | None = None
         self._wanted = wanted_selectors(self.spec.conditions)
-        self._reset_once = False
-        self.done = False
 
     # -- life cycle -------------------------------------------------------------------------------------------------
     def _new_device(self) -> Any:
@@ -101,8 +100,7 @@ class DerivedTaskEnv(OwnsDevice):
             await reset_android(device, start, self.name)
         else:
             await self._reset_desktop(device, start)
-        self._reset_once = True
-        self.done = False
+        self.begin_episode()
         obs = await device.observe()
         spec = self.spec
         return obs, {"instruction": spec.instruction, "task": spec.name, "language": spec.language,
@@ -159,7 +157,7 @@ class DerivedTaskEnv(OwnsDevice):
     async def state(self, *, ocr: bool = True) -> dict[str, Any]:
         """The device's state as the conditions read it (``envs/derived/checkers.py``); works on a borrowed device
         before any reset (the end of a demonstration, say)."""
-        device = self.device
+        device = self._started_device()
         kind = self.spec.device
         if kind is DeviceKind.WEB:
             return await read_web_state(newest_page(device.context, device.page), self._wanted)
@@ -178,29 +176,15 @@ class DerivedTaskEnv(OwnsDevice):
             results += [r for r in check(conditions, {"ocr": []}) if isinstance(r.condition, OcrTextCondition)]
         return verdict(results)
 
-    async def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        if not self._reset_once:
-            raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
-        if self.done:
-            raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        effect = None
-        result: TaskVerdict | None
-        if action.kind is ActionKind.INFEASIBLE:
-            result = TaskVerdict(False, 0.0, {"reason": "declared infeasible; a person did this task"})
-        elif action.kind is ActionKind.FINISH:
-            result = await self.check()
-        else:
-            effect = await perform(self.device, action)
-            result = await self.check()
-            if not result.success:
-                result = None
-        terminated = self.done = result is not None
-        obs = await timed_observe(self.device, effect)
-        info: dict[str, Any] = {} if effect is None else {"effect": effect}
-        if result is not None:
-            info["success"] = result.success
-            info["verdict"] = result.details
-        return obs, result.reward if result else 0.0, terminated, False, info
+    async def judge_infeasible(self) -> TaskVerdict:
+        return TaskVerdict(False, 0.0, {"reason": "declared infeasible; a person did this task"})
+
+    async def judge_finish(self) -> TaskVerdict:
+        return await self.check()
+
+    async def judge_step(self, action: Action) -> TaskVerdict | None:
+        result = await self.check()
+        return result if result.success else None
 
     async def verify(self, candidates: Sequence[Action]) -> list[StepVerdict] | None:
         return None

@@ -19,7 +19,7 @@ import numpy as np
 
 from devices.base import Box
 from devices.errors import DeviceError
-from devices.web_recorder_script import STATE_JS
+from devices.web.recorder_script import STATE_JS
 from envs.derived.spec import Condition, ElementCondition, OcrTextCondition, TextVisibleCondition
 
 log = logging.getLogger(__name__)

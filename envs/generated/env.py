@@ -21,7 +21,8 @@ from typing import Any
 from devices.actions import Action, ActionKind, is_abstention
 from devices.base import Box, Observation
 from devices.web import PlaywrightDevice, WebConfig
-from envs.base import OwnsDevice, StepVerdict, perform, timed_observe
+from envs.base import StepVerdict
+from envs.checked import CheckedEnv
 from envs.errors import EnvError
 from envs.generated.layout import PlanStep, Role, Screen, ScreenParams, TaskKind, generate
 from envs.tasks import TaskVerdict
@@ -33,7 +34,7 @@ _STATE_JS = """() => {
 }"""
 
 
-class GeneratedEnv(OwnsDevice):
+class GeneratedEnv(CheckedEnv):
     """Procedurally generated screens with exact ground truth (see the module docstring)."""
 
     def __init__(
@@ -52,7 +53,6 @@ class GeneratedEnv(OwnsDevice):
         self._adopt_device(device)
         self._rng = random.Random()
         self.screen: Screen | None = None
-        self.done = False
 
     # -- life cycle -----------------------------------------------------------------------------
     async def _ensure_device(self) -> PlaywrightDevice:
@@ -75,7 +75,7 @@ class GeneratedEnv(OwnsDevice):
         device = await self._ensure_device()
         self.screen = generate(screen_seed, self.params)
         await device.page.set_content(self.screen.html, wait_until="load")
-        self.done = False
+        self.begin_episode()
         obs = await device.observe()
         task = self.screen.task
         info = {
@@ -98,29 +98,18 @@ class GeneratedEnv(OwnsDevice):
             raise EnvError(f"{self.name}: call `await env.reset()` before stepping")
         return self.screen
 
-    async def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        screen = self._screen()
-        if self.done:
-            raise EnvError(f"{self.name}: the episode is over; call `await env.reset()` to start another")
-        effect = None
-        if action.kind is ActionKind.INFEASIBLE:
-            ok = screen.task.kind is TaskKind.ABSENT
-            verdict = TaskVerdict(ok, 1.0 if ok else 0.0, {"reason": "declared infeasible"})
-        elif action.kind is ActionKind.FINISH:
-            verdict = await self.check() or TaskVerdict(False, 0.0, {"reason": "finished before the task was done"})
-        else:
-            effect = await perform(self.device, action)
-            verdict = await self.check()
-        terminated = self.done = verdict is not None
-        obs = await timed_observe(self.device, effect)
-        info: dict[str, Any] = {} if effect is None else {"effect": effect}
-        if verdict is not None:
-            info["success"] = verdict.success
-            info["verdict"] = verdict.details
-        return obs, verdict.reward if verdict else 0.0, terminated, False, info
+    async def judge_infeasible(self) -> TaskVerdict:
+        ok = self._screen().task.kind is TaskKind.ABSENT
+        return TaskVerdict(ok, 1.0 if ok else 0.0, {"reason": "declared infeasible"})
+
+    async def judge_finish(self) -> TaskVerdict:
+        return await self.check() or TaskVerdict(False, 0.0, {"reason": "finished before the task was done"})
+
+    async def judge_step(self, action: Action) -> TaskVerdict | None:
+        return await self.check()
 
     async def _state(self) -> dict[str, Any]:
-        state = await self.device.evaluate(_STATE_JS)
+        state = await self._started_device().evaluate(_STATE_JS)
         if not isinstance(state, dict):
             raise EnvError(f"{self.name}: the page returned {state!r} instead of its state")
         return state

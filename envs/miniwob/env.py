@@ -4,7 +4,10 @@ PlaywrightDevice, driven the way BrowserGym drives it, without Selenium.
 Reset loads ``miniwob/<task>.html``, hides the human-only UI (the START cover, the reward HUD and
 the click canvas), measures the task area (``#wrap``: 160 x 210 CSS px on almost every task) and
 fits the viewport to it, lifts the episode timer (``core.EPISODE_MAX_TIME``), seeds
-``Math.seedrandom(seed)``, calls ``core.startEpisodeReal()`` and waits for ``WOB_TASK_READY``.
+``Math.seedrandom(seed)``, calls ``core.startEpisodeReal()``, waits for ``WOB_TASK_READY`` and lets the screen
+settle (the images a task's own elements show, such as the email inbox's icons, arrive after the page's load; a
+frame taken at once can miss them). The instruction is the page's utterance (the natural-language tasks' parsed
+answer that comes with it is left out).
 
 Outcome: core.js's ``core.endEpisode`` is wrapped so that the first outcome of the episode is kept
 in ``window.__handeye_outcome`` whatever the page does next (it shows the START cover again at once;
@@ -73,6 +76,13 @@ _START_JS = """([seed]) => {
   core.startEpisodeReal();
   return true;
 }"""
+
+_UTTERANCE_JS = """() => {
+  const u = core.getUtterance();
+  return typeof u === 'string' ? u : u.utterance;
+}"""
+"""The task's instruction. The natural-language tasks (email-inbox-nl-turk, ...) answer ``{utterance, fields}``
+outside their test mode, ``fields`` being the answer parsed from the utterance: only the utterance is the task."""
 
 _STATE_JS = """() => ({outcome: window.__handeye_outcome, done: WOB_DONE_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL,
                       reward: WOB_REWARD_GLOBAL, reason: WOB_REWARD_REASON, episode: WOB_EPISODE_ID,
@@ -199,10 +209,11 @@ class MiniWobEnv(OwnsDevice):
         await self._fit_viewport((int(wrap[0]), int(wrap[1])))
         await device.evaluate(_START_JS, [episode_seed])
         await self._wait_ready()
+        await device.settle()
         self.done = False
         self.seed = episode_seed
         self._started = True
-        instruction = await device.evaluate("() => core.getUtterance()")
+        instruction = await device.evaluate(_UTTERANCE_JS)
         obs = await device.observe()
         info = {
             "instruction": instruction,
@@ -237,7 +248,7 @@ class MiniWobEnv(OwnsDevice):
 
     async def state(self) -> dict[str, Any]:
         """core.js's globals and the kept outcome of this episode (None while it is open)."""
-        state = await self.device.evaluate(_STATE_JS)
+        state = await self._started_device().evaluate(_STATE_JS)
         if not isinstance(state, dict):
             raise EnvError(f"{self.name}: the page returned {state!r} instead of its state")
         return state

@@ -133,3 +133,8 @@ TASKS: tuple[str, ...] = (
     "use-spinner",
     "visual-addition",
 )
+
+UNSTEADY_FRAMES: frozenset[str] = frozenset({"chase-circle", "click-dialog-2", "stock-market"})
+"""Tasks whose first frame is not the same twice for one seed, though the task is: the page moves on its own (the
+circle to chase, the stock prices) or draws its dialog a few pixels differently (click-dialog-2).
+``check_env(..., same_frames=False)`` checks them."""

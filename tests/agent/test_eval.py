@@ -207,7 +207,7 @@ def test_unparseable_outputs_are_recorded_not_executed_and_bounded_by_the_parse_
 def test_an_env_error_aborts_one_episode_and_the_others_go_on(tmp_path):
     class Saboteur(OraclePolicy):
         async def decide(self, task, history, observation, n=1):
-            if self.env.screen is not None and self.env.screen.seed == 1:
+            if self.truth.screen is not None and self.truth.screen.seed == 1:
                 await self.env.device.close()  # the device dies under the env
             return await super().decide(task, history, observation, n)
 

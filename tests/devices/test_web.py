@@ -540,14 +540,14 @@ def test_observe_after_settle_reuses_the_settled_capture(tmp_path, dpr, frame_sc
 
 
 def test_a_missing_cjk_font_is_reported_with_what_to_install(monkeypatch, caplog):
-    import devices.web
+    import devices.web.device
 
-    monkeypatch.setattr(devices.web, "has_cjk_font", lambda: False)
+    monkeypatch.setattr(devices.web.device, "has_cjk_font", lambda: False)
 
     async def scenario(device: PlaywrightDevice) -> None:
         return None
 
-    with caplog.at_level("WARNING", logger="devices.web"):
+    with caplog.at_level("WARNING", logger="devices.web.device"):
         on_device(None, scenario, **SMALL)
     assert any("fonts-noto-cjk" in r.getMessage() for r in caplog.records)
 

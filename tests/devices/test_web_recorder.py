@@ -14,7 +14,7 @@ from agent.record import record_demonstration
 from devices.actions import ActionKind
 from devices.recording import MASKED_TEXT
 from devices.web import PlaywrightDevice, WebConfig
-from devices.web_recorder import WebRecorder
+from devices.web.recorder import WebRecorder
 from envs.records import Actor, Outcome
 from envs.recording import RecordingEnv
 from envs.trajectory import RunWriter, read_episode

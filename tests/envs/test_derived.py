@@ -17,7 +17,7 @@ import pytest
 from agent.record import record_demonstration
 from devices.actions import Action, ActionKind, Point
 from devices.web import PlaywrightDevice, WebConfig
-from devices.web_recorder import WebRecorder
+from devices.web.recorder import WebRecorder
 from envs.conformance import check_env
 from envs.derived import derive_task, load_task, register_tasks, wanted_for_derive
 from envs.derived.env import open_fresh
@@ -186,7 +186,7 @@ async def record_task(site: Any, runs: Path, folder: Path, page_name: str, instr
         path = write_task(spec, folder)
         register_tasks(folder)
         live = make(f"tasks/{name}", device=device)  # borrows the recorder's browser: its final page as it is
-        on_final = await live.check()
+        on_final = await live.unwrapped.check()
         await live.close()
     finally:
         await env.close()
@@ -198,7 +198,7 @@ async def judge_start_and_replay(name: str, episode: Any, shared: PlaywrightDevi
     env = make(f"tasks/{name}", device=shared)
     try:
         await env.reset(seed=0)
-        on_start = await env.check()
+        on_start = await env.unwrapped.check()
         _, reward, terminated, _, info = await env.step(Action(ActionKind.FINISH))
         out: dict[str, Any] = {"start": on_start, "finish_at_start": (reward, terminated, info["success"])}
         if replay:

@@ -116,7 +116,7 @@ def test_an_android_task_fails_at_its_start_and_passes_after_the_demonstration_i
         try:
             phone.text = "buy milk"  # what a previous episode left behind
             await task_env.reset(seed=0)
-            out["start"] = await task_env.check()
+            out["start"] = await task_env.unwrapped.check()
             out["finish_at_start"] = (await task_env.step(Action(ActionKind.FINISH)))[1:3]
             await task_env.reset(seed=1)
             for action in [Action.from_dict(s.action) for s in read_episode(episode_path).steps][:-1]:
@@ -227,10 +227,10 @@ async def main():
     env = make("tasks/save")
     try:
         await env.reset()
-        first = await env.check()
+        first = await env.unwrapped.check()
         clicked = await env.step(Action(ActionKind.CLICK, point=Point(100 / 640, 70 / 480)))
         await env.reset()  # the app starts again, unsaved
-        again = await env.check()
+        again = await env.unwrapped.check()
     finally:
         await env.close()
     print(json.dumps({"first": [first.success, first.details], "clicked": list(clicked[1:4]) + [clicked[4]["success"]],

@@ -9,11 +9,12 @@ import pytest
 
 from devices.actions import Action, ActionKind, Point
 from devices.base import Observation
+from envs.base import BaseEnv, Env
 from envs.errors import EnvError
 from envs.wrappers import DryRun, TimeLimit
 
 
-class Counter:
+class Counter(BaseEnv):
     """An environment whose screen is the number of actions performed; finish terminates with reward 1."""
 
     name = "counter"
@@ -62,7 +63,7 @@ def test_time_limit_truncates_at_its_budget_and_starts_again_on_reset():
         await env.close()
 
     asyncio.run(main())
-    assert env.unwrapped.closed and env.peek() == 0  # attributes reach through the wrapper
+    assert env.unwrapped.closed and env.unwrapped.peek() == 0  # the environment's own methods: through unwrapped
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
@@ -97,3 +98,22 @@ def test_a_wrapper_stack_is_unwrapped_to_the_innermost_environment():
     inner = Counter()
     env = TimeLimit(DryRun(inner), max_steps=1)
     assert env.unwrapped is inner and env.name == "counter" and "DryRun" in repr(env)
+
+
+def test_a_wrapper_forwards_the_env_contract_and_nothing_else():
+    inner = Counter()
+    inner.rewarded = False
+    inner.device = object()  # what the environment acts on, whatever it is
+    env = DryRun(inner)
+    assert isinstance(env, Env) and isinstance(inner, Env)
+    assert (env.name, env.device, env.rewarded, env.max_steps) == ("counter", inner.device, False, None)
+    assert TimeLimit(env, 4).max_steps == 4 and TimeLimit(TimeLimit(env, 4), 2).max_steps == 2  # the outer budget
+    with pytest.raises(AttributeError, match="peek"):
+        env.peek()  # the environment's own methods: env.unwrapped.peek()
+    with pytest.raises(AttributeError, match="performed"):
+        TimeLimit(env, 4).performed
+
+
+def test_the_contract_defaults_of_an_environment_class():
+    env = Counter()
+    assert (env.device, env.max_steps, env.rewarded, env.unwrapped) == (None, None, True, env)

@@ -56,7 +56,7 @@ def record_web_demo(runs_dir: Path, url: str, task: str = "Sign up as Zoë",
     folder."""
     from agent.record import record_demonstration
     from devices.web import PlaywrightDevice, WebConfig
-    from devices.web_recorder import WebRecorder
+    from devices.web.recorder import WebRecorder
     from envs.records import Actor
     from envs.recording import RecordingEnv
     from envs.trajectory import RunWriter

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from devices.actions import Action, ActionKind
-from devices.base import ActionResult, Box, Observation
-from devices.errors import DeviceError, UnsupportedAction
+from devices.base import ActionResult, Box, Observation, check_act
+from devices.errors import DeviceError
 from devices.settle import SettleConfig, SettleResult
 from tests.support.kiosk.config import KioskConfig
 
@@ -47,8 +47,7 @@ class KioskDevice:
         return Observation(self._frame(), meta={"kind": self.name})
 
     async def act(self, action: Action) -> ActionResult:
-        if action.kind not in KIOSK_ACTIONS:
-            raise UnsupportedAction(f"a kiosk cannot {action.kind.value}")
+        check_act(self, action, started=self.started)
         if action.kind is ActionKind.CLICK and action.point is not None:
             self.taps.append((action.point.x * self.config.width, action.point.y * self.config.height))
         return ActionResult(action)

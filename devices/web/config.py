@@ -1,4 +1,4 @@
-"""The web device's settings and the URLs it may open (``devices/web.py``)."""
+"""The web device's settings and the URLs it may open (``devices/web/device.py``)."""
 
 from __future__ import annotations
 

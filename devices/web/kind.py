@@ -9,7 +9,7 @@ from typing import Any
 from devices.registry import DeviceKindSpec, RecordOptions, Requirement, register_kind
 from devices.settle import SettleConfig
 from devices.web import WEB_ACTIONS
-from devices.web_config import WebConfig
+from devices.web.config import WebConfig
 
 WEB_SUMMARY = "The web device (Chromium through Playwright)."
 
@@ -22,21 +22,21 @@ def _build(section: WebConfig, settle: SettleConfig, *, url: str = "") -> Any:
 
 def _recorder(section: WebConfig, settle: SettleConfig, options: RecordOptions) -> Any:
     from devices.web import PlaywrightDevice, check_url
-    from devices.web_recorder import WebRecorder
+    from devices.web.recorder import WebRecorder
 
     device = PlaywrightDevice(replace(section, headless=options.headless), settle)
     return WebRecorder(device, check_url(options.url), pause_key=options.pause_key, stop_key=options.stop_key)
 
 
 def _screens(section: WebConfig) -> list[str]:
-    from devices.browser import find_browser
+    from devices.web.browser import find_browser
 
     return [find_browser(section.browser_path)]
 
 
 def _requirements() -> list[Requirement]:
     """Playwright, a Chromium and a CJK font: the default device's parts, so each is required."""
-    from devices.browser import find_browser, has_cjk_font
+    from devices.web.browser import find_browser, has_cjk_font
     from devices.errors import DeviceUnavailable
 
     try:

@@ -5,7 +5,7 @@
     await recorder.start()                         # the browser opens on the page
     event = await recorder.next_event()            # a DemoEvent: action, pre-action frame, target element
 
-The listener (``devices/web_recorder_script.py``) is injected into every page and frame of the
+The listener (``devices/web/recorder_script.py``) is injected into every page and frame of the
 browser context, those opened later included; it reports raw input through a binding. Here raw
 input becomes actions (``Interpreter``): a press and release in place is a click (two within
 ``DOUBLE_CLICK_S`` a double click), a press moved more than ``DRAG_PX`` a drag, a context menu a
@@ -35,9 +35,9 @@ from devices.base import Observation
 from devices.errors import DeviceError
 from devices.frames import decode
 from devices.recording import DemoEvent
-from devices.web import PlaywrightDevice
-from devices.web_interpret import Interpreter, RawReport
-from devices.web_recorder_script import LISTENER_JS, STATE_JS
+from devices.web.device import PlaywrightDevice
+from devices.web.interpret import Interpreter, RawReport
+from devices.web.recorder_script import LISTENER_JS, STATE_JS
 
 log = logging.getLogger(__name__)
 

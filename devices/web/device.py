@@ -32,22 +32,19 @@ from typing import Any
 import numpy as np
 
 from devices.actions import Action, ActionKind, Point, ScrollDirection
-from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation
-from devices.browser import find_browser, has_cjk_font
+from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation, check_act
 from devices.errors import (
     DeviceDisconnected,
     DeviceError,
     DeviceTimeout,
     DeviceUnavailable,
-    InvalidAction,
     NavigationError,
-    UnsupportedAction,
 )
 from devices.frames import decode, small_gray
-from devices.keys import PHONE_ONLY_KEYS
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
-from devices.web_config import URL_SCHEMES, WebConfig, check_url  # noqa: F401 - imported from here by callers
-from devices.web_scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
+from devices.web.browser import find_browser, has_cjk_font
+from devices.web.config import WebConfig, check_url
+from devices.web.scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
                                   VIEW_JS)
 
 log = logging.getLogger(__name__)
@@ -439,15 +436,8 @@ class PlaywrightDevice(AsyncContextDevice):
 
     async def act(self, action: Action) -> ActionResult:
         self._fresh = None
+        check_act(self, action, started=self._page is not None)
         kind = action.kind
-        if kind not in WEB_ACTIONS:
-            if kind in (ActionKind.FINISH, ActionKind.INFEASIBLE):
-                raise InvalidAction(f"{kind.value} ends the episode and is not sent to a device")
-            raise UnsupportedAction(
-                f"the web device cannot {kind.value}; it supports {', '.join(sorted(k.value for k in WEB_ACTIONS))}"
-            )
-        if set(action.keys) & PHONE_ONLY_KEYS:
-            raise UnsupportedAction(f"the web device has no {'+'.join(action.keys)} key (it is a phone key)")
         view = self._view or await self._read_view()
         page = self.page
         mouse, keyboard = page.mouse, page.keyboard

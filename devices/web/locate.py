@@ -5,7 +5,7 @@ name as the recorder computes it.
     found = await locate(device, "#widget >>> #inner", frame_url="")
     found.box.center, found.name, found.focused
 
-The selector is the recorder's own (``devices/web_recorder_script.py``): one CSS selector per tree scope, joined by
+The selector is the recorder's own (``devices/web/recorder_script.py``): one CSS selector per tree scope, joined by
 ``' >>> '`` where it enters a shadow root. The name follows the recorder's rules (aria-label, aria-labelledby, the
 label, a select's chosen option, the visible text, a button's value, placeholder / title / alt) so that a replay can
 tell whether the element it found is the one the person touched. The box is Playwright's ``bounding_box`` (the
@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from devices.base import Box
-from devices.web import PlaywrightDevice
+from devices.web.device import PlaywrightDevice
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ FIND_JS = r"""
 }
 """
 
-# The recorder's name() (devices/web_recorder_script.py), kept identical so that names compare.
+# The recorder's name() (devices/web/recorder_script.py), kept identical so that names compare.
 DESCRIBE_JS = r"""
 (el) => {
   const isPassword = (e) => e.tagName === 'INPUT' && (e.type || '').toLowerCase() === 'password';

@@ -1,4 +1,4 @@
-"""The listener the web recorder injects into every page and frame (``devices/web_recorder.py``).
+"""The listener the web recorder injects into every page and frame (``devices/web/recorder.py``).
 
 It reports raw input, as the page sees it, through the ``__handeyeRecord`` binding: pointer downs
 and ups, clicks (with their click count), context menus, wheel turns, key downs that are not typing

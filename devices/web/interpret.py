@@ -1,8 +1,7 @@
 """Raw browser input, as the recorder's page listener reports it, turned into unified actions.
 
-Pure logic (no browser), so every rule is tested on made-up reports (tests/devices/test_web_interpret.py) and
-end to end on a real Chromium (tests/devices/test_web_recorder.py). The rules are listed in
-``devices/web_recorder.py``.
+Pure logic (no browser); the rules, listed in ``devices/web/recorder.py``, are tested end to end on a real Chromium
+(tests/devices/test_web_recorder.py).
 """
 
 from __future__ import annotations
