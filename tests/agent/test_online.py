@@ -266,7 +266,7 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path, capsys):
     assert main(["train", "--env", "generated/click"]) == 2
     assert "only apply to online sessions" in "".join(capsys.readouterr())
     assert main(["train", "--online"]) == 2
-    assert "needs --env" in "".join(capsys.readouterr())
+    assert "needs the environment the actors run: --env ENV" in "".join(capsys.readouterr())
 
 
 def test_the_step_reward_is_aepos_with_the_verifier_as_the_box_test():
