@@ -6,7 +6,9 @@
     ├── DeviceUnavailable       the device (browser, phone, display) could not be found or started
     ├── DeviceDisconnected      the device went away mid-episode (browser killed, phone unplugged)
     ├── DeviceTimeout           the device did not answer in time
-    └── NavigationError         a URL could not be opened
+    ├── NavigationError         a URL could not be opened
+    └── UnknownPixelFormat      a raw Android ``screencap`` in a pixel format the driver does not decode (the
+                                device falls back to ``screencap -p``)
 
 Messages say what failed, with which values, and what to do next.
 """
@@ -40,3 +42,10 @@ class DeviceTimeout(DeviceError, TimeoutError):
 
 class NavigationError(DeviceError):
     """A URL could not be opened."""
+
+
+class UnknownPixelFormat(DeviceError):
+    """A raw ``screencap`` in a pixel format this driver does not decode (``screencap -p`` still works)."""
+
+    def __init__(self, fmt: int) -> None:
+        super().__init__(f"screencap uses pixel format {fmt}, which this driver does not decode")

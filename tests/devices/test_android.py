@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from devices import Action, DeviceDisconnected, DeviceError, DeviceUnavailable, InvalidAction, Point, UnsupportedAction
+from devices.errors import UnknownPixelFormat
 from devices.android import AndroidConfig, AndroidDevice, list_devices
 from devices.android.commands import input_text_commands, keycode_for
 from devices.android.device import ADBKEYBOARD_IME
@@ -139,7 +140,7 @@ def test_parse_raw_screencap_headers_and_formats():
         parse_raw_screencap(np.array([3, 2, 1, 1], "<u4").tobytes() + rgba.tobytes()[:-5])
     with pytest.raises(DeviceError, match="fewer than its 12-byte header"):
         parse_raw_screencap(b"\x01\x02")
-    with pytest.raises(DeviceError, match="pixel format 7"):
+    with pytest.raises(UnknownPixelFormat, match="pixel format 7"):  # a DeviceError: the device falls back
         parse_raw_screencap(np.array([3, 2, 7], "<u4").tobytes() + rgba.tobytes())
 
 
