@@ -31,6 +31,7 @@ from devices import Action, DeviceError, DeviceUnavailable, InvalidAction, Point
 from devices.desktop import DesktopConfig, DesktopDevice, MonitorGeometry, list_monitors, screen_map
 from devices.desktop.geometry import scroll_clicks
 from devices.desktop.keyboard import pyautogui_key, xdotool_key
+from tests.support.installed import need_program
 from tests.support.xvfb import start_xvfb, stop_xvfb
 
 SW, SH = 1024, 768
@@ -80,10 +81,7 @@ root.mainloop()
 
 
 def _need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.fail(f"{tool} is not installed; run scripts/setup.sh (apt-get install xvfb xdotool xclip)")
-    return path
+    return need_program(tool, "xvfb xdotool xclip")
 
 
 def _free_display() -> int:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+from tests.support.installed import need_program
 
 ACL = """\
 # the learner: reads what actors send, writes the announcement
@@ -48,10 +49,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def available() -> bool:
-    return shutil.which("mosquitto") is not None
-
-
 class Mosquitto:
     """A private broker (see the module docstring)."""
 
@@ -61,6 +58,10 @@ class Mosquitto:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.secure, self.users, self.prefix = secure, users or {}, prefix
+        need_program("mosquitto", "mosquitto")
+        if secure:
+            need_program("mosquitto_passwd", "mosquitto mosquitto-clients")
+            need_program("openssl", "openssl")
         self.proc: subprocess.Popen[bytes] | None = None
         self.ca = self.folder / "ca.crt"
         self.config = self.folder / "mosquitto.conf"

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import subprocess
 import time
 
 import pytest
 
+from tests.support.installed import need_program
+
 
 def start_xvfb(size: str = "1024x768", *extra: str, timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
     """(the Xvfb process, its display ":N"), ready for clients; ``extra``: more Xvfb arguments. Fails the test when
     Xvfb is not installed (scripts/setup.sh installs it) or the server does not come up."""
-    binary = shutil.which("Xvfb")
-    if binary is None:
-        pytest.fail("Xvfb is not installed; run scripts/setup.sh (apt-get install xvfb)")
+    binary = need_program("Xvfb", "xvfb")
     read, write = os.pipe()
     try:
         proc = subprocess.Popen([binary, "-displayfd", str(write), "-noreset", "-screen", "0", f"{size}x24",

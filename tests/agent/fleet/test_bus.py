@@ -24,13 +24,12 @@ from agent.fleet.settings import parse_broker
 from agent.fleet.spool import Spool, produced_ids
 from tests.conftest import REPO
 from tests.support.light_actor import group_message
-from tests.support.mosquitto import Mosquitto, TcpProxy, available
+from tests.support.mosquitto import Mosquitto, TcpProxy
 from train.adapters import AdapterRef
 from train.messages import ActorStatus
 from train.transport import GroupAssembler
 from train.wire import encode_message
 
-pytestmark = pytest.mark.skipif(not available(), reason="mosquitto is not installed (scripts/setup.sh installs it)")
 KEY = bytes(range(32))
 
 

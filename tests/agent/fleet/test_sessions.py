@@ -25,10 +25,9 @@ import pytest
 
 from tests.conftest import REPO, descendants
 from tests.support.fleet_run import Fleet, sets, wait_for
-from tests.support.mosquitto import TcpProxy, available
+from tests.support.mosquitto import TcpProxy
 
-pytestmark = [pytest.mark.skipif(not available(), reason="mosquitto is not installed (scripts/setup.sh installs it)"),
-              pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 
 def episodes_done(fleet: Fleet, name: str) -> tuple[int, bool]:
