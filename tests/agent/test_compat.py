@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from envs.records import Outcome
 from envs.trajectory import iter_episodes
+from tests.support import procs
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FIXTURE_V1 = REPO / "tests" / "fixtures" / "run-v1"
@@ -28,11 +28,11 @@ def test_a_run_written_before_the_episode_runner_is_read_the_same(tmp_path):
     run = tmp_path / "run-v1"
     shutil.copytree(FIXTURE_V1, run)
     for command in (["show", str(run)], ["report", str(run)]):
-        r = subprocess.run([sys.executable, "-m", "agent", *command], cwd=REPO, capture_output=True, text=True,
-                           timeout=120)
+        r = procs.run([sys.executable, "-m", "agent", *command], cwd=REPO, capture_output=True, text=True,
+                      timeout=120)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert "unparsed" in subprocess.run([sys.executable, "-m", "agent", "show", str(run)], cwd=REPO,
-                                        capture_output=True, text=True, timeout=120).stdout
+    assert "unparsed" in procs.run([sys.executable, "-m", "agent", "show", str(run)], cwd=REPO,
+                                   capture_output=True, text=True, timeout=120).stdout
     assert (run / "report.html").is_file()
 
 

@@ -9,6 +9,7 @@ gave up). Here:
 - ``stop(proc)``: ends the whole group and every process below ``proc`` (some leave the group: Chromium starts in a
   session of its own): SIGTERM to each (``first``), SIGKILL to what is left after ``grace`` seconds; returns once
   none of them is alive;
+- ``stop_all(procs)``: ``stop`` for several at once (SIGTERM to all, then one grace);
 - ``running(cmd, ...)``: ``start`` as a context manager that ``stop``s on the way out, on failure and on Ctrl-C too;
 - ``run(cmd, timeout=..., ...)``: ``subprocess.run``'s arguments and result; on a timeout, a failure or Ctrl-C the
   group is ended before the exception goes on (``subprocess.TimeoutExpired`` with what the command printed). A
@@ -113,16 +114,19 @@ def _still(known: Iterable[tuple[int, int]], pgids: Sequence[int]) -> dict[tuple
 
 
 def _signal(targets: Iterable[ProcInfo], pgids: Sequence[int], signum: int) -> None:
+    """``signum`` once to each: to the groups, and to the targets outside them (a second SIGTERM tells ``agent`` to
+    stop at once instead of cleanly)."""
     for pgid in pgids:
         try:
             os.killpg(pgid, signum)
         except (ProcessLookupError, PermissionError):
             pass
     for p in targets:
-        try:
-            os.kill(p.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if p.pgid not in pgids:
+            try:
+                os.kill(p.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def end_processes(found: Iterable[ProcInfo], *, pgids: Sequence[int] = (), grace: float = GRACE_S,
@@ -161,6 +165,16 @@ def stop(proc: subprocess.Popen, *, grace: float = GRACE_S, first: int = signal.
     """End ``proc``'s group and everything below it (``end_group``), and reap ``proc``; its exit status."""
     end_group(proc.pid, grace=grace, first=first)
     return proc.wait()
+
+
+def stop_all(started: Sequence[subprocess.Popen], *, grace: float = GRACE_S) -> None:
+    """``stop`` for several processes at once: SIGTERM to all of them together, SIGKILL after one ``grace`` to what
+    is left."""
+    table_now = table()
+    leaders = [table_now[p.pid] for p in started if p.pid in table_now]
+    end_processes(leaders, pgids=[p.pid for p in started], grace=grace)
+    for proc in started:
+        proc.wait()
 
 
 @contextmanager
