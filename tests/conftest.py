@@ -113,41 +113,47 @@ def _left_by_test(watch: _Watch) -> list[procs.ProcInfo]:
     return left
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item):
-    global _watching
-    _watching = _Watch()
-    return (yield)
+class LeftProcesses:
+    """The hooks of the check (see the module docstring), registered as a plugin of their own: hooks of a conftest
+    are not called for a session-scoped fixture, whose node (the session) lies above tests/."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        global _watching
+        _watching = _Watch()
+        return (yield)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+        if _watching is not None and fixturedef.scope != "function":
+            _watching.shared_fixture = True
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
+        global _watching
+        watch, _watching = _watching, None
+        result = yield  # every fixture of the test is torn down
+        if watch is not None and not watch.shared_fixture and (left := _left_by_test(watch)):
+            names = ", ".join(p.describe() for p in left)
+            procs.end_processes(left, pgids=procs.STARTED[watch.groups_from:])
+            raise procs.LeftBehind(f"{item.nodeid} left processes running after it ended (now ended): {names}")
+        return result
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if os.getpid() != PYTEST_PID:
+            return
+        deadline = time.monotonic() + procs.GRACE_S
+        while (left := procs.below(PYTEST_PID) + procs.in_groups(procs.STARTED)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if left:
+            names = ", ".join(p.describe() for p in left)
+            procs.end_processes(left, pgids=procs.STARTED)
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"processes left running when the session ended (now ended): {names}", red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
-    if _watching is not None and fixturedef.scope != "function":
-        _watching.shared_fixture = True
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    global _watching
-    watch, _watching = _watching, None
-    result = yield  # every fixture of the test is torn down
-    if watch is not None and not watch.shared_fixture and (left := _left_by_test(watch)):
-        names = ", ".join(p.describe() for p in left)
-        procs.end_processes(left, pgids=procs.STARTED[watch.groups_from:])
-        raise procs.LeftBehind(f"{item.nodeid} left processes running after it ended (now ended): {names}")
-    return result
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.getpid() != PYTEST_PID:
-        return
-    deadline = time.monotonic() + procs.GRACE_S
-    while (left := procs.below(PYTEST_PID) + procs.in_groups(procs.STARTED)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if left:
-        names = ", ".join(p.describe() for p in left)
-        procs.end_processes(left, pgids=procs.STARTED)
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"processes left running when the session ended (now ended): {names}", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("handeye-left-processes"):
+        config.pluginmanager.register(LeftProcesses(), "handeye-left-processes")
