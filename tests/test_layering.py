@@ -286,7 +286,8 @@ def test_one_definition_per_public_name():
 
 
 # -- errors ----------------------------------------------------------------------------------------------------------
-BUILTIN_EXCEPTIONS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+BUILTIN_EXCEPTIONS = frozenset(n for n, v in vars(builtins).items()
+                               if isinstance(v, type) and issubclass(v, BaseException))
 BRANCH = re.compile(r"[├└]── ([A-Z]\w*)")
 """A class under another in an errors.py tree (continuation lines start with ``│`` or spaces: not matched)."""
 
@@ -383,8 +384,9 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     (tmp_path / "train" / "checkpoint.py").write_text(
         "import numpy as np\n\n\ndef allowed():\n    return np._core.multiarray._reconstruct, np._other\n")
     (tmp_path / "bench").mkdir()
-    (tmp_path / "bench" / "x.py").write_text("from devices.b import _hidden\n\n\ndef slow(dev):\n    dev._fresh = None\n"
-                                             + body + "\n\nclass Box:\n    pass\n")
+    (tmp_path / "bench" / "x.py").write_text(
+        "from devices.b import _hidden\n\n\ndef slow(dev):\n    dev._fresh = None\n" + body
+        + "\n\nclass Box:\n    pass\n")
     assert cycles(tmp_path) == [["devices.a", "devices.b"]]
     assert private_imports(tmp_path) == ["devices.a imports _hidden from devices.b",
                                          "bench.x imports _hidden from devices.b"]

@@ -31,7 +31,8 @@ def agent(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     """``agent run`` with 200 scripted waits (about two minutes) in its own process group (``procs.stop`` ends it);
-    returns it and the episode folder once 3 steps are on disk (a step boundary: the next line is not written yet, or only just)."""
+    returns it and the episode folder once 3 steps are on disk (a step boundary: the next line is not written yet,
+    or only just)."""
     script = tmp_path / "s.json"
     script.write_text(json.dumps([{"kind": "wait", "duration_s": 0.2}] * 200))
     runs = tmp_path / "runs"
