@@ -21,14 +21,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent.episode import PHASES
 from agent.eval import wilson_interval
-from agent.summary import describe_action
+from agent.summary import PHASE_ORDER, describe_action
 from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import Episode, EpisodeState, iter_episodes
 
-PHASE_ORDER = ("reset", "start", *(p for p in PHASES if p != "reset"))
-"""The runner's phases; ``start`` is the name runs before the one runner gave the device's start (still read)."""
 LAZY_OVER = 200
 """Runs with more frames than this load images lazily."""
 

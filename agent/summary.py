@@ -18,7 +18,8 @@ OUTCOME_STYLE = {
     Outcome.INTERRUPTED: "yellow", Outcome.PLANNED: "bold cyan",
 }
 PHASE_ORDER = ("start", *PHASES)
-"""The runner's phases, and ``start``: the device's start in runs recorded before the one runner (still shown)."""
+"""The order phases are shown in (the summary's table, the report's latency chart): ``start`` (the device's start,
+in runs recorded before the one runner; still read), then the runner's phases in the order a step runs them."""
 
 
 def describe_action(data: dict[str, Any] | None) -> str:

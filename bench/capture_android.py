@@ -85,7 +85,7 @@ async def _run(port: int, serial: str, grabs: int, runs: int) -> dict[str, dict]
 
 
 async def _frame(device: AndroidDevice) -> np.ndarray:
-    device._fresh = None  # noqa: SLF001 - measure a capture, not the reuse of a settled frame
+    device.forget_frame()  # measure a capture, not the reuse of a settled frame
     return (await device.observe()).frame
 
 

@@ -176,10 +176,10 @@ def build_model(config, device, dtype, attn: str):
     """A randomly initialised model created directly on ``device`` in ``dtype`` (no CPU copy, no fp32 detour), with
     the ``attn`` attention implementation in the text model and the vision tower."""
     import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText
 
     with torch.device(device), default_dtype(dtype):
-        model = Qwen2_5_VLForConditionalGeneration._from_config(config, attn_implementation=attn)
+        model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn)
     # Not .to(dtype): that would also round the float32 rotary inv_freq buffers to bf16, which loading a real
     # checkpoint in bf16 does not do.
     return model.to(device)
@@ -441,69 +441,92 @@ def main(argv: list[str] | None = None) -> int:
     # peft reads a transformers property deprecated in 5.x on every forward; the warning says nothing about timing.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*deprecated", category=FutureWarning)
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_step: no CUDA device is visible to torch (torch.cuda.is_available() is False). This benchmark "
-              "times a 3B model on a GPU; on a machine without one, run the smoke test: "
-              "--device cpu --tiny", file=sys.stderr)
-        return 2
-    if device.type == "cpu" and not args.tiny:
-        print("gpu_step: the 3B-sized model on a CPU would take hours per update; add --tiny for a smoke test or "
-              "use --device cuda", file=sys.stderr)
-        return 2
     if device.type not in ("cuda", "cpu"):
         parser.error(f"--device must be cuda or cpu, got {args.device!r}")
+    if (problem := device_problem(device, args.tiny)) is not None:
+        print(f"gpu_step: {problem}", file=sys.stderr)
+        return 2
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     sizes = TINY if args.tiny else QWEN25VL_3B
     torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
+    inputs, shapes = synthetic_inputs(args, sizes, device, dtype)
+    config = model_config(sizes)
+    model_name = "tiny (toy shapes)" if args.tiny else "Qwen2.5-VL-3B-Instruct shapes"
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    print(f"gpu_step: {model_name}, random weights, {str(dtype).removeprefix('torch.')} on {gpu or device}; image "
+          f"{args.image[0]}x{args.image[1]} -> {shapes['input_size'][0]}x{shapes['input_size'][1]} "
+          f"({shapes['image_tokens']} image tokens), prompt {shapes['prompt_tokens']} tokens, {args.group} x "
+          f"{args.response_tokens} response tokens, micro-batch {args.micro_batch}; token ids synthetic (no "
+          f"tokenizer offline), pixels from the Qwen2-VL image processor; median of {args.runs} after "
+          f"{args.warmup} warm-up", file=sys.stderr)
 
+    rows = []
+    for name in args.configs:
+        for path in args.paths:
+            print(f"gpu_step: timing {name}, {path} ...", file=sys.stderr)
+            rows.append(run_config(name, args, config, device, dtype, inputs, path))
+    print_table(rows)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = describe_run(args, rows, model=model_name, sizes=sizes, dtype=dtype, gpu=gpu, **shapes)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def device_problem(device, tiny: bool) -> str | None:
+    """Why the benchmark cannot run on ``device`` as asked (what to do instead); None when it can."""
+    import torch
+
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return ("no CUDA device is visible to torch (torch.cuda.is_available() is False). This benchmark times a 3B "
+                "model on a GPU; on a machine without one, run the smoke test: --device cpu --tiny")
+    if device.type == "cpu" and not tiny:
+        return ("the 3B-sized model on a CPU would take hours per update; add --tiny for a smoke test or use "
+                "--device cuda")
+    return None
+
+
+def synthetic_inputs(args: argparse.Namespace, sizes: dict, device, dtype) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the update's inputs on ``device``: a random screenshot through the Qwen2-VL image processor, synthetic
+    prompt and response token ids, the rewards; their shapes for the report: ``input_size``, ``image_tokens``,
+    ``prompt_tokens``)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
     pixel_values, grid = image_inputs(args.image, args.min_pixels, args.max_pixels, args.seed)
     merge = sizes["vision"]["spatial_merge_size"]
     n_image_tokens = int(grid.prod()) // merge**2
     ids, mm_types = prompt_ids(sizes["tokens"], n_image_tokens, args.prompt_tokens,
                                min(sizes["tokens"].values()), gen)
-    prompt_len = ids.shape[1]
     responses = torch.randint(0, min(sizes["tokens"].values()), (args.group, args.response_tokens), generator=gen)
     rewards = torch.tensor([REWARDS[i % len(REWARDS)] for i in range(args.group)])
     patch = sizes["vision"]["patch_size"]
-    input_size = (int(grid[0, 2]) * patch, int(grid[0, 1]) * patch)
     inputs = {
         "batch": {"input_ids": ids.to(device), "mm_token_type_ids": mm_types.to(device),
                   "pixel_values": pixel_values.to(device=device, dtype=dtype), "image_grid_thw": grid.to(device)},
-        "prompt_len": prompt_len, "responses": responses.to(device), "rewards": rewards,
+        "prompt_len": ids.shape[1], "responses": responses.to(device), "rewards": rewards,
     }
-    config = model_config(sizes)
-    model_name = "tiny (toy shapes)" if args.tiny else "Qwen2.5-VL-3B-Instruct shapes"
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    print(f"gpu_step: {model_name}, random weights, {str(dtype).removeprefix('torch.')} on {gpu or device}; image "
-          f"{args.image[0]}x{args.image[1]} -> {input_size[0]}x{input_size[1]} ({n_image_tokens} image tokens), "
-          f"prompt {prompt_len} tokens, {args.group} x {args.response_tokens} response tokens, micro-batch "
-          f"{args.micro_batch}; token ids synthetic (no tokenizer offline), pixels from the Qwen2-VL image "
-          f"processor; median of {args.runs} after {args.warmup} warm-up", file=sys.stderr)
+    shapes = {"input_size": (int(grid[0, 2]) * patch, int(grid[0, 1]) * patch), "image_tokens": n_image_tokens,
+              "prompt_tokens": ids.shape[1]}
+    return inputs, shapes
 
-    rows = []
-    params_total = None
-    for name in args.configs:
-        for path in args.paths:
-            print(f"gpu_step: timing {name}, {path} ...", file=sys.stderr)
-            row = run_config(name, args, config, device, dtype, inputs, path)
-            rows.append(row)
-            if params_total is None and row["status"] == "ok":
-                params_total = row["total_params"]
 
-    print_table(rows)
-
+def describe_run(args: argparse.Namespace, rows: list[dict[str, Any]], *, model: str, sizes: dict, dtype, gpu,
+                 input_size: tuple[int, int], image_tokens: int, prompt_tokens: int) -> dict[str, Any]:
+    """What gpu_step writes to ``--out``: the setting, the machine and the timed rows."""
     import peft
+    import torch
     import transformers
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {
+    params_total = next((row["total_params"] for row in rows if row["status"] == "ok"), None)
+    return {
         "benchmark": "gpu_step",
-        "model": model_name, "weights": "random", "sizes": {k: sizes[k] for k in ("text", "vision")},
+        "model": model, "weights": "random", "sizes": {k: sizes[k] for k in ("text", "vision")},
         "params": params_total, "dtype": str(dtype).removeprefix("torch."), "attn": args.attn,
-        "image": list(args.image), "input_size": list(input_size), "image_tokens": n_image_tokens,
-        "prompt_tokens": prompt_len, "response_tokens": args.response_tokens, "group": args.group,
+        "image": list(args.image), "input_size": list(input_size), "image_tokens": image_tokens,
+        "prompt_tokens": prompt_tokens, "response_tokens": args.response_tokens, "group": args.group,
         "micro_batch": args.micro_batch, "paths": args.paths, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
         "warmup": args.warmup, "runs": args.runs,
         "inputs": "synthetic token ids in Qwen's chat layout (no tokenizer offline); pixel_values and image_grid_thw "
@@ -514,9 +537,6 @@ def main(argv: list[str] | None = None) -> int:
                     "cuda": torch.version.cuda},
         "results": rows,
     }
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

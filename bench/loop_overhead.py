@@ -81,7 +81,7 @@ async def bench_capture(site: LocalSite, reps: int) -> list[dict]:
         for dpr in (1, 2):
             dev = PlaywrightDevice(WebConfig(device_scale_factor=dpr), url=site.url(page_name))
             await dev.start()
-            page, cdp = dev.page, dev._cdp
+            page, cdp = dev.page, dev.cdp_session
             ref = decode(await page.screenshot(type="png"))
             size = list(ref.shape[1::-1])
             await dev.observe()  # the device's DevTools session now mirrors the page's emulation
@@ -126,7 +126,7 @@ async def bench_capture(site: LocalSite, reps: int) -> list[dict]:
 async def _handeye_step(dev: PlaywrightDevice, writer, i: int, point: Point) -> dict[str, float]:
     """A step with a fresh capture, as the episode runner (agent/runner.py) runs it: the frame is written in a thread
     while the device acts, and the step's line waits for it."""
-    dev._fresh = None  # other paths touched the page behind the device's back: capture anew
+    dev.forget_frame()  # other paths touched the page behind the device's back: capture anew
     t0 = time.perf_counter()
     obs = await dev.observe()
     t1 = time.perf_counter()

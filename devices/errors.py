@@ -7,7 +7,9 @@
     ├── DeviceDisconnected      the device went away mid-episode (browser killed, phone unplugged)
     ├── DeviceTimeout           the device did not answer in time
     ├── NavigationError         a URL could not be opened
-    └── UnknownDeviceKind       a device kind (or ``--device`` form) no entry of ``devices.registry`` registers
+    ├── UnknownDeviceKind       a device kind (or ``--device`` form) no entry of ``devices.registry`` registers
+    └── UnknownPixelFormat      a raw Android ``screencap`` in a pixel format the driver does not decode (the
+                                device falls back to ``screencap -p``)
 
 Messages say what failed, with which values, and what to do next.
 """
@@ -41,6 +43,13 @@ class DeviceTimeout(DeviceError, TimeoutError):
 
 class NavigationError(DeviceError):
     """A URL could not be opened."""
+
+
+class UnknownPixelFormat(DeviceError):
+    """A raw ``screencap`` in a pixel format this driver does not decode (``screencap -p`` still works)."""
+
+    def __init__(self, fmt: int) -> None:
+        super().__init__(f"screencap uses pixel format {fmt}, which this driver does not decode")
 
 
 class UnknownDeviceKind(DeviceError, ValueError):

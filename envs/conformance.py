@@ -9,12 +9,8 @@ import numpy as np
 from devices.actions import Action, ActionKind, Point
 from devices.base import Device, Observation
 from envs.base import Env, StepVerdict
-from envs.errors import EnvError
+from envs.errors import ConformanceError
 from envs.wrappers import TimeLimit, Wrapper
-
-
-class ConformanceError(EnvError, AssertionError):
-    """An environment broke the Env contract; the message says which rule."""
 
 
 def _require(ok: bool, env: Any, message: str) -> None:

@@ -13,12 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.errors import EnvError
-
-
-class UnknownEnv(EnvError, KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
+from envs.errors import EnvError, UnknownEnv
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,12 @@
 """Errors raised by policies.
 
     PolicyError               base class
-    ├── PolicyParseError      a model output that is not a valid action (recorded, never executed)
-    └── PolicyUnavailable     the policy cannot run here (missing package, model, or script file)
+    ├── PolicyParseError      a model output that is not a valid action (recorded, never executed); also a
+    │   │                     ValueError
+    │   └── FormatParseError  a model output that breaks its family's grammar (carries the position)
+    │       └── CoordinateError   a model-space point outside the image the model saw (never clamped)
+    ├── PolicyUnavailable     the policy cannot run here (missing package, model, or script file)
+    └── UnknownModel          a model id with no preset and no --format override; also a KeyError
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.support import procs
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 COMMANDS = frozenset({"agent", "make", "python", "python3", "pip", "vllm", "curl", "accelerate", "tensorboard", "hf",
@@ -225,7 +226,7 @@ def run(command: str, cwd: Path, timeout: int) -> subprocess.CompletedProcess[st
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb", "HF_HUB_OFFLINE": "1",
            "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return procs.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("block", params())

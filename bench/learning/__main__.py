@@ -229,7 +229,7 @@ def merge_runs(paths: list[Path]) -> dict:
                     "seconds": max(run.get("run", {}).get("seconds", 0.0) for run in runs)}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--minutes-per-seed", type=float,
@@ -273,7 +273,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                     help="combine the JSON of runs made side by side (one seed each, same config) into one "
                          "<out>/<name>.json and curves PNG; runs nothing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+CONFIG_FLAGS = {"rl_steps": "rl_steps", "sft_max_minutes": "sft_minutes", "sft_max_steps": "sft_max_steps",
+                "rl_lr": "rl_lr", "rl_warmup": "rl_warmup", "mode": "mode", "distractors": "distractors",
+                "sft_lr": "sft_lr", "sft_batch": "sft_batch", "sft_warmup": "sft_warmup", "sft_multi": "sft_multi",
+                "sft_multi_points": "sft_multi_points", "grid": "grid", "sft_consecutive": "sft_consecutive",
+                "sft_eval_every": "sft_eval_every", "sft_min_steps": "sft_min_steps", "val_size": "val_size",
+                "test_size": "test_size"}
+"""BenchConfig field: the command-line flag (its argparse name) that overrides it."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         handlers=[logging.StreamHandler(sys.stderr)])
     for noisy in ("httpx", "transformers", "peft"):
@@ -284,17 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        data = merge_runs(args.merge)
-        json_path, png_path = args.out / f"{args.name}.json", args.out / f"{args.name}_curves.png"
-        from bench.learning.plots import plot_curves
-
-        json_path.write_text(json.dumps(data, indent=2) + "\n")
-        plot_curves(data, png_path)
-        (args.out / f"{args.name}.md").write_text(markdown_table(data))
-        print_table(data)
-        print(f"\nwrote {json_path}, {png_path} and {args.out / f'{args.name}.md'}")
-        return 0
-    if args.trl:
+        write_merged(args)
+    elif args.trl:
         from bench.learning.trl_compare import compare, markdown_table as trl_table
 
         path = args.out / "trl_compare.json"
@@ -302,25 +306,41 @@ def main(argv: list[str] | None = None) -> int:
                          sides=tuple(args.trl_sides))
         print(trl_table(result))
         print(f"wrote {path} and {path.with_suffix('.md')}")
-        return 0
+    else:
+        run_seeds(args, config_from(args), " ".join(argv if argv is not None else sys.argv[1:]))
+    return 0
+
+
+def write_merged(args: argparse.Namespace) -> None:
+    """--merge: one JSON, curves PNG and table of the runs named."""
+    from bench.learning.plots import plot_curves
+
+    data = merge_runs(args.merge)
+    json_path, png_path = args.out / f"{args.name}.json", args.out / f"{args.name}_curves.png"
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    plot_curves(data, png_path)
+    (args.out / f"{args.name}.md").write_text(markdown_table(data))
+    print_table(data)
+    print(f"\nwrote {json_path}, {png_path} and {args.out / f'{args.name}.md'}")
+
+
+def config_from(args: argparse.Namespace):
+    """The setting's BenchConfig within the time budget, with the fields the flags set (``CONFIG_FLAGS``)."""
+    cfg = budget_config(args.minutes_per_seed, args.quick, args.arms, args.setting)
+    overrides = {field: getattr(args, flag) for field, flag in CONFIG_FLAGS.items() if getattr(args, flag) is not None}
+    cfg = dataclasses.replace(cfg, **overrides)
+    if overrides.get("rl_steps"):
+        cfg = dataclasses.replace(cfg, rl_eval_every=max(1, cfg.rl_steps // 6))
+    return cfg
+
+
+def run_seeds(args: argparse.Namespace, cfg, command: str) -> None:
+    """Every seed of ``args.seeds`` in turn; the JSON, PNG and table rewritten after each (a crash keeps what ran)."""
+    import torch
 
     from bench.learning.plots import plot_curves
     from bench.learning.run import as_json, run_seed, sft_folder
 
-    cfg = budget_config(args.minutes_per_seed, args.quick, args.arms, args.setting)
-    overrides = {k: v for k, v in (("rl_steps", args.rl_steps), ("sft_max_minutes", args.sft_minutes),
-                                   ("sft_max_steps", args.sft_max_steps),
-                                   ("rl_lr", args.rl_lr), ("rl_warmup", args.rl_warmup), ("mode", args.mode),
-                                   ("distractors", args.distractors),
-                                   ("sft_lr", args.sft_lr), ("sft_batch", args.sft_batch),
-                                   ("sft_warmup", args.sft_warmup), ("sft_multi", args.sft_multi),
-                                   ("sft_multi_points", args.sft_multi_points), ("grid", args.grid),
-                                   ("sft_consecutive", args.sft_consecutive), ("sft_eval_every", args.sft_eval_every),
-                                   ("sft_min_steps", args.sft_min_steps), ("val_size", args.val_size),
-                                   ("test_size", args.test_size)) if v is not None}
-    cfg = dataclasses.replace(cfg, **overrides)
-    if overrides.get("rl_steps"):
-        cfg = dataclasses.replace(cfg, rl_eval_every=max(1, cfg.rl_steps // 6))
     results = []
     t0 = time.perf_counter()
     json_path, png_path = args.out / f"{args.name}.json", args.out / f"{args.name}_curves.png"
@@ -328,18 +348,16 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             results.append(run_seed(seed, cfg, Path(work), sft_folder(args.sft_dir or args.out / "sft", seed, cfg)))
             data = as_json(results, cfg)
-            command = " ".join(argv if argv is not None else sys.argv[1:])
             data["run"] = {"command": f"python -m bench.learning {command}",
                            "quick": args.quick, "minutes_per_seed": args.minutes_per_seed, "threads": args.threads,
                            "seconds": time.perf_counter() - t0, "torch": torch.__version__,
                            "python": platform.python_version(), "machine": platform.machine(),
                            "cpus": os.cpu_count(), "finished_seeds": len(results), "planned_seeds": args.seeds}
-            json_path.write_text(json.dumps(data, indent=2) + "\n")  # after every seed: a crash keeps what ran
+            json_path.write_text(json.dumps(data, indent=2) + "\n")
             plot_curves(data, png_path)
             (args.out / f"{args.name}.md").write_text(markdown_table(data))
     print_table(data)
     print(f"\nwrote {json_path} and {png_path}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def worker_trl(model_dir: str, setting: Setting, gradient_checkpointing: bool = 
     from PIL import Image
     from transformers import AutoModelForImageTextToText, TrainerCallback
 
-    from policy.backends.hf import _load_processor
+    from policy.backends.hf import load_processor
     from train.rewards import aepo_reward
 
     torch.manual_seed(0)
@@ -123,7 +123,7 @@ def worker_trl(model_dir: str, setting: Setting, gradient_checkpointing: bool = 
         return [aepo_reward(t, tuple(b), think=False, variant="code").total for t, b in zip(texts, box)]
 
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
-    processor = _load_processor(model_dir, _preset(setting))
+    processor = load_processor(model_dir, _preset(setting))
     batch = setting.prompts * GROUP
     config = trl.GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), per_device_train_batch_size=batch,

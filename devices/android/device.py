@@ -28,14 +28,13 @@ from devices.android.config import AndroidConfig
 from devices.android.replies import (
     Geometry,
     UiElement,
-    UnknownPixelFormat,
     geometry_for,
     parse_density,
     parse_raw_screencap,
     parse_ui_dump,
 )
 from devices.base import ActionResult, AsyncContextDevice, Box, ElementInfo, Observation, check_act
-from devices.errors import DeviceError, DeviceUnavailable, InvalidAction, UnsupportedAction
+from devices.errors import DeviceError, DeviceUnavailable, InvalidAction, UnknownPixelFormat, UnsupportedAction
 from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 
@@ -249,6 +248,11 @@ class AndroidDevice(AsyncContextDevice):
             self._fresh = self._last_grab
         self._last_grab = None
         return result
+
+    def forget_frame(self) -> None:
+        """Drop the settled frame kept for the next ``observe``, which then captures anew (a benchmark measuring
+        captures, not the reuse of a settled frame)."""
+        self._fresh = None
 
     async def _geometry(self) -> Geometry:
         if self.geometry is None:

@@ -31,19 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from devices.base import Box
-from devices.errors import DeviceError
+from devices.errors import DeviceError, UnknownPixelFormat
 
 log = logging.getLogger(__name__)
 
 #: raw screencap pixel formats (android PixelFormat): bytes per pixel
 PIXEL_FORMATS = {1: 4, 2: 4, 3: 3, 4: 2, 5: 4}
-
-
-class UnknownPixelFormat(DeviceError):
-    """A raw ``screencap`` in a pixel format this driver does not decode (``screencap -p`` still works)."""
-
-    def __init__(self, fmt: int) -> None:
-        super().__init__(f"screencap uses pixel format {fmt}, which this driver does not decode")
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,19 @@ class PlaywrightDevice(AsyncContextDevice):
             raise DeviceError("the web device is not started; call `await device.start()` first")
         return self._context
 
+    @property
+    def cdp_session(self) -> Any:
+        """The DevTools session the device captures frames through (for benchmarks that compare capture methods);
+        a new one after the device re-attached to the page."""
+        if self._cdp is None:
+            raise DeviceError("the web device is not started; call `await device.start()` first")
+        return self._cdp
+
+    def forget_frame(self) -> None:
+        """Drop the settled frame kept for the next ``observe``, which then captures anew: for callers that
+        changed the page behind the device's back (a benchmark driving the page itself)."""
+        self._fresh = None
+
     async def start(self) -> None:
         if self._page is not None:
             raise DeviceError("the web device is already started")

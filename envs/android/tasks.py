@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 from devices.android import UiElement
 from devices.base import Box
-from envs.errors import EnvError
+from envs.errors import EnvError, TaskSetupError
 from envs.tasks import TaskVerdict
 
 SETTINGS_PACKAGE = "com.android.settings"
@@ -31,10 +31,6 @@ NOTES_PACKAGE = "com.example.notes"
 NOTES_DIR = "/sdcard/Notes"
 SLIDER_END = 0.05
 """Fraction of a slider's width, at each end, whose taps give the extreme value (the thumb's inset)."""
-
-
-class TaskSetupError(EnvError):
-    """A task's set-up could not put the phone in its starting state; the message says which."""
 
 
 class TaskDevice(Protocol):

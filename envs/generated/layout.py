@@ -19,12 +19,8 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
-from envs.errors import EnvError
+from envs.errors import LayoutError
 from envs.generated.phrasing import forms
-
-
-class LayoutError(EnvError):
-    """A screen could not be generated with the requested parameters."""
 
 
 class Role(str, Enum):

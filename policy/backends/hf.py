@@ -126,7 +126,7 @@ class TransformersBackend:
         self._weights_version: str | None = None  # the full-weight version copied in (load_weights)
         self._torn = ""  # why the weights are a mix of two versions after a failed load_weights ("" when they are not)
         source = model_source(model)  # a local folder, or a hub id that is cached or reachable: fails in seconds
-        self.processor = _load_processor(source, preset)
+        self.processor = load_processor(source, preset)
         self.tokenizer = self.processor.tokenizer
         self.model = _load_model(source, device, dtype)
         self.dtype = str(self.model.dtype).removeprefix("torch.")
@@ -459,7 +459,7 @@ def _check_model_dir(path: Path) -> None:
         )
 
 
-def _load_processor(model: str | Path, preset: ModelPreset) -> Any:
+def load_processor(model: str | Path, preset: ModelPreset) -> Any:
     """The checkpoint's tokenizer and image processor, joined into a Qwen2.5-VL processor without
     the video processor (which needs torchvision), with the preset's pixel budget."""
     from transformers import AutoTokenizer

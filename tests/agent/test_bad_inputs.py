@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.support import procs
 
 
 def agent(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "400"}
-    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=180)
+    return procs.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                     timeout=180)
 
 
 @pytest.fixture

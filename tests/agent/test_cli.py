@@ -13,12 +13,13 @@ from pathlib import Path
 from envs.records import Outcome
 from envs.trajectory import iter_episodes
 from tests.conftest import REPO
+from tests.support import procs
 
 
 def agent(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return procs.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True,
+                     text=True, timeout=timeout)
 
 
 def only_episode(runs: Path):
@@ -86,20 +87,20 @@ def test_ctrl_c_keeps_finished_steps_and_records_interrupted(tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps([{"kind": "wait", "duration_s": 0.2}] * 200))
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "wait a lot", "--policy", "scripted", "--script",
-                             str(script), "--runs-dir", str(runs), "--max-steps", "200"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    steps_file = None
-    while time.monotonic() < deadline:
-        found = list(runs.glob("*/ep0000/steps.jsonl"))
-        if found and found[0].read_text().count("\n") >= 3:
-            steps_file = found[0]
-            break
-        time.sleep(0.1)
-    assert steps_file is not None, "the run never wrote 3 steps"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    with procs.running([sys.executable, "-m", "agent", "run", "wait a lot", "--policy", "scripted", "--script",
+                        str(script), "--runs-dir", str(runs), "--max-steps", "200"],
+                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 60
+        steps_file = None
+        while time.monotonic() < deadline:
+            found = list(runs.glob("*/ep0000/steps.jsonl"))
+            if found and found[0].read_text().count("\n") >= 3:
+                steps_file = found[0]
+                break
+            time.sleep(0.1)
+        assert steps_file is not None, "the run never wrote 3 steps"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "INTERRUPTED" in out
     _, episode = only_episode(runs)
@@ -148,7 +149,7 @@ def test_help_stays_light():
     code = "import sys; from agent.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n" \
            "heavy = [m for m in ('playwright', 'torch', 'rapidocr', 'onnxruntime', 'cv2') if m in sys.modules]\n" \
            "print('HEAVY', heavy)"
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = procs.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in r.stdout, r.stdout + r.stderr
     assert "run" in r.stdout and "show" in r.stdout
 

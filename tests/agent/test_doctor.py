@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
 from agent.cli import doctor
 from tests.conftest import REPO
+from tests.support import procs
 
 
 def run_doctor(capsys) -> tuple[int, dict[str, str]]:
@@ -22,8 +22,8 @@ def run_doctor(capsys) -> tuple[int, dict[str, str]]:
 
 
 def test_the_command_reports_the_optional_parts_too():
-    r = subprocess.run([sys.executable, "-m", "agent", "doctor"], cwd=REPO, env={**os.environ, "COLUMNS": "200"},
-                       capture_output=True, text=True, timeout=120)
+    r = procs.run([sys.executable, "-m", "agent", "doctor"], cwd=REPO, env={**os.environ, "COLUMNS": "200"},
+                  capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     for what in ("adb: ", "xdotool: ", "torch: ", "GPU: "):
         assert f"ok {what}" in r.stdout, r.stdout

@@ -19,42 +19,39 @@ import pytest
 from envs.records import Outcome
 from envs.trajectory import LOCK_FILE, EpisodeState, read_episode
 from tests.conftest import REPO
+from tests.support import procs
 
 ENV = {**os.environ, "COLUMNS": "200"}
 
 
 def agent(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    return procs.run([sys.executable, "-m", "agent", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                     timeout=timeout)
 
 
 def start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
-    """``agent run`` with 200 scripted waits (about two minutes) in its own process group; returns it and the
-    episode folder once 3 steps are on disk (a step boundary: the next line is not written yet, or only just)."""
+    """``agent run`` with 200 scripted waits (about two minutes) in its own process group (``procs.stop`` ends it);
+    returns it and the episode folder once 3 steps are on disk (a step boundary: the next line is not written yet,
+    or only just)."""
     script = tmp_path / "s.json"
     script.write_text(json.dumps([{"kind": "wait", "duration_s": 0.2}] * 200))
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "等一等 wait", "--policy", "scripted", "--script",
-                             str(script), "--runs-dir", str(runs), "--max-steps", "200"],
-                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list(runs.glob("*/ep0000/steps.jsonl"))
-        if found and found[0].read_bytes().count(b"\n") >= 3:
-            return proc, found[0].parent
-        time.sleep(0.05)
-    proc.kill()
+    proc = procs.start([sys.executable, "-m", "agent", "run", "等一等 wait", "--policy", "scripted", "--script",
+                        str(script), "--runs-dir", str(runs), "--max-steps", "200"],
+                       cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list(runs.glob("*/ep0000/steps.jsonl"))
+            if found and found[0].read_bytes().count(b"\n") >= 3:
+                return proc, found[0].parent
+            time.sleep(0.05)
+    except BaseException:
+        procs.stop(proc)
+        raise
+    procs.stop(proc)
     out, err = proc.communicate(timeout=30)
     raise AssertionError(f"the run never wrote 3 steps:\n{out}\n{err}")
-
-
-def end_group(proc: subprocess.Popen[str]) -> None:
-    """Whatever the run started (the browser) goes too."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
@@ -64,7 +61,7 @@ def test_sigterm_and_sighup_end_the_episode_as_interrupted(tmp_path, signum, cod
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
-        end_group(proc)
+        procs.stop(proc)  # whatever the run started (the browser) goes too
     assert proc.returncode == code, out + err
     assert "INTERRUPTED" in out
     episode = read_episode(episode_dir)
@@ -84,7 +81,7 @@ def test_a_live_run_reads_as_running_and_a_killed_one_as_crashed_with_its_finish
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
-        end_group(proc)
+        procs.stop(proc)  # whatever the run started (the browser) goes too
     assert proc.returncode == -signal.SIGKILL
     episode = read_episode(episode_dir)
     assert episode.state is EpisodeState.CRASHED and episode.record.outcome is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from envs.derived.spec import ElementCondition, TextVisibleCondition, write_task
 from envs.errors import TaskFileError
 from envs.trajectory import iter_episodes
 from tests.conftest import REPO
+from tests.support import procs
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Newsletter</title></head>
 <body style="margin:0;font:16px sans-serif">
@@ -85,9 +85,9 @@ def test_record_make_task_then_eval_runs_it(tmp_path, site, pages_dir, played, c
     script = tmp_path / "script.json"
     script.write_text(json.dumps([s.action for s in episode.steps if s.action["kind"] != "finish"]))
     env = {**os.environ, "HANDEYE_TASKS_DIR": str(tasks), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "agent", "eval", "--suite", "tasks", "--tasks", "join",
-                           "--episodes", "1", "--policy", "scripted", "--script", str(script), "--runs-dir",
-                           str(tmp_path / "eval")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = procs.run([sys.executable, "-m", "agent", "eval", "--suite", "tasks", "--tasks", "join",
+                      "--episodes", "1", "--policy", "scripted", "--script", str(script), "--runs-dir",
+                      str(tmp_path / "eval")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scores = json.loads(next((tmp_path / "eval").glob("*/eval.json")).read_text())
     assert scores["envs"]["tasks/join"]["success_rate"] == 1.0, scores

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from policy.presets import preset_for
 from policy.tiny import build_tiny_qwen25vl
 from tests.conftest import REPO
 from tests.policy.reference import reference_input_size
+from tests.support import procs
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -94,7 +94,7 @@ def test_a_forced_model_answer_clicks_the_right_element(tmp_path, tiny_model, si
 def test_run_with_a_model_from_the_command_line_records_its_unparsed_noise(tmp_path, tiny_model):
     # Unforced, random weights write noise: the loop records it as unparsed and never executes it.
     env = {**os.environ, "COLUMNS": "200"}
-    r = subprocess.run(
+    r = procs.run(
         [sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}", "--format", "qwen2.5-vl",
          "--set", f"model.max_pixels={MAX_PIXELS}", "--set", "agent.max_parse_retries=1", "--runs-dir", str(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
@@ -111,8 +111,8 @@ def test_run_with_a_model_from_the_command_line_records_its_unparsed_noise(tmp_p
 
 
 def test_a_model_id_without_preset_or_format_is_refused(tmp_path, tiny_model):
-    r = subprocess.run([sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}",
-                        "--runs-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = procs.run([sys.executable, "-m", "agent", "run", "--policy", f"transformers:{tiny_model}",
+                   "--runs-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--format" in r.stdout and "no preset for model" in r.stdout
 
 
@@ -121,7 +121,7 @@ def test_run_against_an_openai_compatible_server(tmp_path, tiny_model):
 
     preset = preset_for("tiny-served", "qwen2.5-vl", max_pixels=MAX_PIXELS)
     with OpenAICompatServer.for_model_dir(tiny_model, model_name="tiny-served", preset=preset) as server:
-        r = subprocess.run(
+        r = procs.run(
             [sys.executable, "-m", "agent", "run", "--policy", f"openai:{server.url}", "--model", "tiny-served",
              "--format", "qwen2.5-vl", "--set", f"model.max_pixels={MAX_PIXELS}", "--set", "agent.max_parse_retries=0",
              "--runs-dir", str(tmp_path)],
@@ -144,7 +144,7 @@ def test_openai_policy_with_the_server_down(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = subprocess.run(
+    r = procs.run(
         [sys.executable, "-m", "agent", "run", "--policy", f"openai:http://127.0.0.1:{port}", "--model",
          "ByteDance-Seed/UI-TARS-1.5-7B", "--set", "model.timeout_s=2", "--runs-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=180)

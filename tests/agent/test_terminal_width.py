@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.support import procs
 
 
 def agent(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
           timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return procs.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                     timeout=timeout)
 
 
 def too_wide(text: str) -> list[str]:
@@ -68,7 +69,7 @@ warnings.warn("first line\\nsecond line", FutureWarning)
 import huggingface_hub  # adds a stderr handler of its own when imported; setup_logging took it off
 logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    r = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     lines = r.stderr.splitlines()
     assert len([ln for ln in lines if "FutureWarning" in ln]) == 1, r.stderr
     assert any("FutureWarning: first line second line" in ln for ln in lines), r.stderr
@@ -78,8 +79,8 @@ logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 
 
 def test_headed_without_a_display_says_what_to_do(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    r = subprocess.run([sys.executable, "-m", "agent", "run", "--headed", "--runs-dir", str(tmp_path)], cwd=REPO,
-                       env={**env, "COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
+    r = procs.run([sys.executable, "-m", "agent", "run", "--headed", "--runs-dir", str(tmp_path)], cwd=REPO,
+                  env={**env, "COLUMNS": "80"}, capture_output=True, text=True, timeout=120)
     out = r.stdout + r.stderr
     assert r.returncode == 1 and "--headed needs a display: set DISPLAY or run under xvfb-run" in out.replace(
         " (web.headless = false)", ""), out

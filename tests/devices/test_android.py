@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -29,11 +28,13 @@ import numpy as np
 import pytest
 
 from devices import Action, DeviceDisconnected, DeviceError, DeviceUnavailable, InvalidAction, Point, UnsupportedAction
+from devices.errors import UnknownPixelFormat
 from devices.android import AndroidConfig, AndroidDevice, list_devices
 from devices.android.commands import input_text_commands, keycode_for
 from devices.android.device import ADBKEYBOARD_IME
 from devices.android.replies import expected_input_size, parse_raw_screencap, parse_rotation, parse_wm_size
 from tests.support.fake_adbd import LATIN_IME, FakeAdbd, FakePhone
+from tests.support import procs
 
 
 def _adb_binary() -> str:
@@ -55,14 +56,14 @@ def adb_port(tmp_path_factory):
     home = tmp_path_factory.mktemp("adb-home")
     env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
            "ANDROID_USER_HOME": str(home / ".android")}
-    subprocess.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
+    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))  # anything that auto-starts adb starts it here
     try:
         yield port
     finally:
         patch.undo()
-        subprocess.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
+        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
 
 
 def _client(port: int) -> Any:
@@ -139,7 +140,7 @@ def test_parse_raw_screencap_headers_and_formats():
         parse_raw_screencap(np.array([3, 2, 1, 1], "<u4").tobytes() + rgba.tobytes()[:-5])
     with pytest.raises(DeviceError, match="fewer than its 12-byte header"):
         parse_raw_screencap(b"\x01\x02")
-    with pytest.raises(DeviceError, match="pixel format 7"):
+    with pytest.raises(UnknownPixelFormat, match="pixel format 7"):  # a DeviceError: the device falls back
         parse_raw_screencap(np.array([3, 2, 7], "<u4").tobytes() + rgba.tobytes())
 
 
@@ -589,19 +590,19 @@ def test_agent_run_and_devices_with_a_phone(adb_port, tmp_path):
         script.write_text(json.dumps([{"kind": "click", "point": [u / frame.shape[1], v / frame.shape[0]]},
                                       {"kind": "finish"}]))
         env = {**os.environ, "COLUMNS": "200"}
-        r = subprocess.run([sys.executable, "-m", "agent", "run", "tap the counter", "--device", f"android:{adbd.address}",
-                            "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs"),
-                            "--set", f"android.adb_port={adb_port}", "--set", "android.start_server=false"],
-                           cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        r = procs.run([sys.executable, "-m", "agent", "run", "tap the counter", "--device", f"android:{adbd.address}",
+                       "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs"),
+                       "--set", f"android.adb_port={adb_port}", "--set", "android.start_server=false"],
+                      cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert phone.counter == 1 and "CLAIMED" in r.stdout
-        r = subprocess.run([sys.executable, "-m", "agent", "devices", "--set", f"android.adb_port={adb_port}"],
-                           cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+        r = procs.run([sys.executable, "-m", "agent", "devices", "--set", f"android.adb_port={adb_port}"],
+                      cwd=repo, env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and adbd.address in r.stdout, r.stdout
-        r = subprocess.run([sys.executable, "-m", "agent", "run", "tap", "--device", "android:no-such-phone",
-                            "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs2"),
-                            "--set", f"android.adb_port={adb_port}", "--set", "android.start_server=false"],
-                           cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        r = procs.run([sys.executable, "-m", "agent", "run", "tap", "--device", "android:no-such-phone",
+                       "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs2"),
+                       "--set", f"android.adb_port={adb_port}", "--set", "android.start_server=false"],
+                      cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "no-such-phone" in r.stdout and adbd.address in r.stdout.replace("\n", ""), r.stdout
 
 
@@ -619,7 +620,7 @@ def no_server(tmp_path, monkeypatch):
     try:
         yield port
     finally:
-        subprocess.run([_adb_binary(), "-P", str(port), "kill-server"], timeout=60, capture_output=True)
+        procs.run([_adb_binary(), "-P", str(port), "kill-server"], timeout=60, capture_output=True)
 
 
 def _listening(port: int) -> bool:
@@ -672,9 +673,9 @@ def test_agent_run_leaves_no_adb_server_it_started(no_server, tmp_path):
     script.write_text(json.dumps([{"kind": "finish"}]))
     repo = Path(__file__).resolve().parents[2]
     with FakeAdbd(phone) as adbd:
-        r = subprocess.run([sys.executable, "-m", "agent", "run", "look", "--device", f"android:{adbd.address}",
-                            "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs"),
-                            "--set", f"android.adb_port={no_server}"],
-                           cwd=repo, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120)
+        r = procs.run([sys.executable, "-m", "agent", "run", "look", "--device", f"android:{adbd.address}",
+                       "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs"),
+                       "--set", f"android.adb_port={no_server}"],
+                      cwd=repo, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not _listening(no_server), "the adb server handeye started is still running"

@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from devices import Action, DeviceError, DeviceUnavailable, InvalidAction, Point
 from devices.desktop import DesktopConfig, DesktopDevice, MonitorGeometry, list_monitors, screen_map
 from devices.desktop.geometry import scroll_clicks
 from devices.desktop.keyboard import pyautogui_key, xdotool_key
+from tests.support.installed import need_program
+from tests.support import procs
 from tests.support.xvfb import start_xvfb, stop_xvfb
 
 SW, SH = 1024, 768
@@ -80,10 +83,7 @@ root.mainloop()
 
 
 def _need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.fail(f"{tool} is not installed; run scripts/setup.sh (apt-get install xvfb xdotool xclip)")
-    return path
+    return need_program(tool, "xvfb xdotool xclip")
 
 
 def _free_display() -> int:
@@ -121,12 +121,16 @@ class TkApp:
     def __init__(self, display: str, log_path: Path) -> None:
         self.log_path = log_path
         log_path.write_text("")
-        self.proc = subprocess.Popen(
+        self.proc = procs.start(
             [sys.executable, "-c", APP, str(log_path)],
             stdin=subprocess.PIPE, env={**os.environ, "DISPLAY": display}, text=True,
         )
         self.offset = 0
-        self.wait_for(lambda e: e["ev"] == "ready", what="the Tk app to start", timeout=10)
+        try:
+            self.wait_for(lambda e: e["ev"] == "ready", what="the Tk app to start", timeout=10)
+        except BaseException:
+            self.close()
+            raise
 
     def events(self) -> list[dict[str, Any]]:
         """Every event since the last ``clear``."""
@@ -162,8 +166,7 @@ class TkApp:
         self.offset = len(self.log_path.read_text(encoding="utf-8").splitlines())
 
     def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(5)
+        procs.stop(self.proc, first=signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
@@ -501,10 +504,10 @@ def test_failsafe_stops_only_for_a_person(app, xvfb):
     async def scenario(device):
         await device.act(Action("click", point=Point(0, 0)))  # our own click leaves the pointer in a corner
         await device.act(Action("click", point=centre(20, 20, 100, 60)))  # so this is no fail-safe
-        subprocess.run(["xdotool", "mousemove", str(SW - 1), "0"], check=True)  # a person's "stop"
+        procs.run(["xdotool", "mousemove", str(SW - 1), "0"], check=True, timeout=30)  # a person's "stop"
         with pytest.raises(DeviceError, match="fail-safe"):
             await device.act(Action("click", point=centre(140, 20, 100, 60)))
-        subprocess.run(["xdotool", "mousemove", "500", "500"], check=True)
+        procs.run(["xdotool", "mousemove", "500", "500"], check=True, timeout=30)
         await device.act(Action("click", point=centre(140, 20, 100, 60)))
 
     on_device(xvfb, scenario, failsafe=True)
@@ -526,9 +529,9 @@ def test_agent_run_and_devices_on_the_desktop(app, xvfb, tmp_path):
     script.write_text(json.dumps([{"kind": "click", "point": [p.x, p.y]}, {"kind": "finish", "text": "done"}]))
     env = {**os.environ, "DISPLAY": xvfb, "COLUMNS": "200"}
     repo = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-m", "agent", "run", "click the blue square", "--device", "desktop",
-                        "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs")],
-                       cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    r = procs.run([sys.executable, "-m", "agent", "run", "click the blue square", "--device", "desktop",
+                   "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs")],
+                  cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "CLAIMED" in r.stdout
     # (Tk reports a click soon after an earlier test's click on the same widget as a double click)
@@ -539,8 +542,8 @@ def test_agent_run_and_devices_on_the_desktop(app, xvfb, tmp_path):
     (episode,) = iter_episodes(run_dir)
     assert episode.record.device["kind"] == "desktop"
     assert episode.steps[0].frame_size == (SW, SH) and episode.steps[0].executed
-    r = subprocess.run([sys.executable, "-m", "agent", "devices"], cwd=repo, env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = procs.run([sys.executable, "-m", "agent", "devices"], cwd=repo, env=env, capture_output=True,
+                  text=True, timeout=60)
     assert r.returncode == 0 and f"monitor 1: {SW}x{SH} at (0, 0)" in r.stdout, r.stdout
 
 
@@ -549,7 +552,7 @@ def test_without_an_xauthority_file_the_display_answers_without_a_printed_warnin
     details available" to stdout on every connection; prepare_display's stand-in file keeps it quiet."""
     env = {k: v for k, v in os.environ.items() if k != "XAUTHORITY"}
     env.update(HOME=str(tmp_path), DISPLAY=xvfb, COLUMNS="80")
-    result = subprocess.run([sys.executable, "-m", "agent", "devices"], env=env, capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path)
+    result = procs.run([sys.executable, "-m", "agent", "devices"], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
     assert "monitor 1: 1024x768" in result.stdout, result.stdout + result.stderr
     assert "xauth" not in (result.stdout + result.stderr).lower()

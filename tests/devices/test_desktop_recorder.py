@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from devices.desktop.xkeys import ALT, ALT_GR, CONTROL, META, NUM_LOCK, SHIFT, K
 from devices.desktop.xrecord import ServerClock
 from devices.recording import DemoEvent, Recorder
 from tests.devices.test_desktop import SH, SW, app, tk_app, xvfb  # noqa: F401 - fixtures
+from tests.support import procs
 from tests.support.xvfb import start_xvfb, stop_xvfb
 
 # -- keys: pure ------------------------------------------------------------------------------------
@@ -252,7 +251,7 @@ def test_pause_leaves_out_what_happens_and_marks_the_gap_and_stop_ends():
 
 
 def xdo(*args: str) -> None:
-    subprocess.run(["xdotool", *args], check=True, timeout=30)
+    procs.run(["xdotool", *args], check=True, timeout=30)
 
 
 def type_text(text: str) -> None:

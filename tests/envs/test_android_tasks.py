@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from envs.registry import all_specs, make
 from envs.wrappers import TimeLimit
 from tests.devices.test_android import _adb_binary, _connect, _disconnect, _free_port
 from tests.support.fake_adbd import FakeAdbd, FakePhone
+from tests.support import procs
 
 NAMES = [f"android/{name}" for name in TASKS]
 
@@ -31,14 +31,14 @@ def adb_port(tmp_path_factory):
     home = tmp_path_factory.mktemp("adb-home")
     env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
            "ANDROID_USER_HOME": str(home / ".android")}
-    subprocess.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
+    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
     try:
         yield port
     finally:
         patch.undo()
-        subprocess.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
+        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
 
 
 def on_env(port: int, name: str, scenario: Callable[[TimeLimit, FakePhone], Awaitable[Any]],

@@ -23,6 +23,7 @@ from envs.registry import make
 from envs.trajectory import RunWriter, read_episode
 from tests.envs.test_android_tasks import adb_port  # noqa: F401 - the private adb server fixture
 from tests.envs.test_derived import _write
+from tests.support import procs
 
 
 @pytest.fixture
@@ -243,7 +244,6 @@ asyncio.run(main())
 def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_path):
     """On a private Xvfb, in a process of its own (pyautogui binds a process to one display)."""
     import os
-    import subprocess
     import sys
 
     from tests.conftest import REPO
@@ -258,8 +258,8 @@ def test_a_desktop_task_starts_its_app_and_reads_the_focused_window_title(tmp_pa
         env = {**os.environ, "DISPLAY": display, "HANDEYE_TASKS_DIR": str(folder),
                "XAUTHORITY": str(tmp_path / "xauth")}
         (tmp_path / "xauth").touch()
-        proc = subprocess.run([sys.executable, "-c", DESKTOP_SCENARIO], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = procs.run([sys.executable, "-c", DESKTOP_SCENARIO], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
     finally:
         stop_xvfb(xvfb)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,13 +5,13 @@ desktop device and checked through the page's state. Each check runs in a proces
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support import procs
 from tests.support.xvfb import start_xvfb
 
 SCRIPT = textwrap.dedent("""
@@ -44,8 +44,8 @@ SCRIPT = textwrap.dedent("""
 def test_desktop_click_conforms_and_a_click_on_the_target_succeeds(size, expect):
     proc, display = start_xvfb(size)
     try:
-        out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=240,
-                             env={**os.environ, "DISPLAY": display, "XDG_SESSION_TYPE": "x11"})
+        out = procs.run([sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=240,
+                        env={**os.environ, "DISPLAY": display, "XDG_SESSION_TYPE": "x11"})
     finally:
         proc.terminate()
         proc.wait(10)

@@ -14,7 +14,8 @@ import pytest
 
 from devices.actions import Action, ActionKind, Point
 from devices.web import PlaywrightDevice, WebConfig
-from envs.conformance import ConformanceError, check_env
+from envs.conformance import check_env
+from envs.errors import ConformanceError, EnvError, LayoutError, UnknownEnv
 from envs.wrappers import TimeLimit
 from envs.generated import GeneratedEnv
 from envs.generated.layout import DIFFICULTIES, FORM_FACTORS, Role, ScreenParams, TaskKind, generate
@@ -251,3 +252,13 @@ def test_conformance_catches_a_broken_env_and_an_owned_device_closes(run):
     env = GeneratedEnv("click", "easy")
     run(check_env(TimeLimit(env, 3)))
     assert env._device is None
+
+
+def test_unknown_names_and_parameters_are_env_errors_that_say_what_to_use():
+    with pytest.raises(UnknownEnv, match=r"no environment 'generated/clik-button'; did you mean generated/click"):
+        make("generated/clik-button")
+    with pytest.raises(KeyError):  # UnknownEnv is also a KeyError, for callers that look names up
+        make("generated/clik-button")
+    with pytest.raises(LayoutError, match="difficulty='brutal' is not one of") as caught:
+        ScreenParams(TaskKind.CLICK, "brutal")
+    assert isinstance(caught.value, EnvError)

@@ -14,20 +14,25 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("miniwob")
-
-from devices.actions import Action, ActionKind, Point  # noqa: E402
-from devices.web import PlaywrightDevice, WebConfig  # noqa: E402
-from envs.miniwob.env import DEFAULT_MAX_STEPS  # noqa: E402
-from envs.wrappers import TimeLimit  # noqa: E402
-from envs.errors import EnvError  # noqa: E402
+from devices.actions import Action, ActionKind, Point
+from devices.web import PlaywrightDevice, WebConfig
+from envs.miniwob.env import DEFAULT_MAX_STEPS
+from envs.wrappers import TimeLimit
+from envs.errors import EnvError
 from agent.oracles import oracle_for
-from envs.miniwob import SUPPORTED_BY_ORACLE, TASKS, MiniWobEnv, html_root  # noqa: E402
-from envs.miniwob.env import EPISODE_MAX_TIME_MS  # noqa: E402
-from envs.registry import all_specs, make  # noqa: E402
+from envs.miniwob import SUPPORTED_BY_ORACLE, TASKS, MiniWobEnv, html_root
+from envs.miniwob.env import EPISODE_MAX_TIME_MS
+from envs.registry import all_specs, make
+from tests.support.installed import need_module
 
 REQUIRED_ORACLE_TASKS = {"click-button", "click-link", "click-test", "click-test-2", "click-dialog",
                          "click-button-sequence", "focus-text"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def miniwob_installed():
+    """Every test here fails, saying what to install, when the miniwob package (scripts/setup.sh) is missing."""
+    need_module("miniwob", "handeye[envs]")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 
@@ -19,6 +18,7 @@ from envs.errors import RecordError, RecordFormatError
 from envs.records import EpisodeRecord, Outcome, StepRecord
 from envs.trajectory import LOCK_FILE, EpisodeState, RunWriter, iter_episodes, read_episode
 from tests.conftest import REPO
+from tests.support import procs
 
 
 def _obs(seed: int = 0, boxes=()) -> Observation:
@@ -198,7 +198,7 @@ def test_a_killed_writer_leaves_every_finished_step_and_reads_as_crashed(tmp_pat
             f.write('{{"step_id": "r/ep0000/3", "raw_output": "点'.encode()[:-1])
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = procs.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == -9, proc.stderr
     episode = read_episode(tmp_path / "r" / "ep0000")
     assert episode.state is EpisodeState.CRASHED and episode.record.outcome is None

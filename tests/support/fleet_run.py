@@ -5,7 +5,8 @@
 KL term, so groups whose answers all score the same still make an update: the random model never answers in
 format), each with its log in the fleet's folder; ``policy_server()`` serves the tiny model over HTTP with runtime
 LoRA (actors with ``--policy openai:URL``); ``xvfb()`` starts a private X display of the generated screens'
-size for a desktop actor; ``close()`` stops every process it started, by PID. Reading helpers: the learner's
+size for a desktop actor; ``close()`` stops every process it started, with whatever those started (each is in a
+process group of its own: ``tests.support.procs``). Reading helpers: the learner's
 metrics and received ids, an actor's produced sample ids and the versions its steps were decided with.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.fleet.keys import KEY_ENV
+from tests.support import procs
 from tests.support.mosquitto import Mosquitto
-from tests.support.xvfb import start_xvfb
+from tests.support.xvfb import start_xvfb, stop_xvfb
 
 TINY = ['model.id="tiny"', "data.think=false", "rl.group_size=2", "rl.batch_prompts=2", "rl.max_new_tokens=32",
         "log.tensorboard=false", "eval.every=0", "data.seeds=20", 'model.lora_targets=["q_proj", "v_proj"]',
@@ -49,10 +50,10 @@ class Fleet:
 
     def _spawn(self, args: list[str], log: str, env: dict[str, str] | None = None,
                broker_url: str = "") -> subprocess.Popen[bytes]:
-        out = open(self.folder / log, "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "-v", *args, "--broker",
-                                 broker_url or self.broker.url], cwd=self.folder, env=env or self.env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        with open(self.folder / log, "ab") as out:
+            proc = procs.start([sys.executable, "-m", "agent.cli", "-v", *args, "--broker",
+                                broker_url or self.broker.url], cwd=self.folder, env=env or self.env, stdout=out,
+                               stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
@@ -94,21 +95,16 @@ class Fleet:
         return path.read_text(errors="replace")[-4000:] if path.is_file() else ""
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for proc in self.xvfbs:
-            proc.terminate()
-            proc.wait(10)
-        for server in self.servers:
-            server.stop()
-        self.broker.stop()
+        """SIGTERM to every learner and actor (their process groups, and what they started), SIGKILL to what is
+        left after 30 s; then the displays, the servers and the broker."""
+        try:
+            procs.stop_all(self.procs, grace=30)
+        finally:
+            for proc in self.xvfbs:
+                stop_xvfb(proc)
+            for server in self.servers:
+                server.stop()
+            self.broker.stop()
 
     # -- reading what the processes wrote ----------------------------------------------------------------------
 

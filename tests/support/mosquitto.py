@@ -2,9 +2,10 @@
 
 ``Mosquitto(tmp_path).start()`` writes a config (``listener PORT 127.0.0.1``, persistence in ``tmp_path`` so QoS-1
 sessions and retained messages survive a restart, anonymous clients allowed, no limit on queued messages), starts
-``mosquitto -c`` and waits until the port answers; ``stop()`` ends that process by its PID (SIGTERM, so it writes its
-persistence file, as a clean broker stop does), ``start()`` again brings it back on the same port. With ``secure=True``
-the broker listens with TLS only (a CA and a server certificate for 127.0.0.1 made here with ``openssl``), refuses
+``mosquitto -c`` (in a process group of its own: ``tests.support.procs``) and waits until the port answers;
+``stop()`` ends it (SIGTERM, so it writes its persistence file, as a clean broker stop does), ``start()`` again brings
+it back on the same port. With ``secure=True`` the broker listens with TLS only (a CA and a server certificate for
+127.0.0.1 made here with ``openssl``), refuses
 anonymous clients, checks a password file (``mosquitto_passwd -b``) and applies the ACL of docs/fleet.md: the
 learner reads samples, episodes and statuses and writes the announcement; an actor writes only its own samples,
 episodes and status and reads only the announcement.
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+from tests.support.installed import need_program
+from tests.support import procs
 
 ACL = """\
 # the learner: reads what actors send, writes the announcement
@@ -48,10 +50,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def available() -> bool:
-    return shutil.which("mosquitto") is not None
-
-
 class Mosquitto:
     """A private broker (see the module docstring)."""
 
@@ -61,6 +59,10 @@ class Mosquitto:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.secure, self.users, self.prefix = secure, users or {}, prefix
+        need_program("mosquitto", "mosquitto")
+        if secure:
+            need_program("mosquitto_passwd", "mosquitto mosquitto-clients")
+            need_program("openssl", "openssl")
         self.proc: subprocess.Popen[bytes] | None = None
         self.ca = self.folder / "ca.crt"
         self.config = self.folder / "mosquitto.conf"
@@ -83,8 +85,8 @@ class Mosquitto:
             passwd = self.folder / "passwd"
             passwd.write_text("")
             for user, password in self.users.items():
-                subprocess.run(["mosquitto_passwd", "-b", str(passwd), user, password], check=True,
-                               capture_output=True)
+                procs.run(["mosquitto_passwd", "-b", str(passwd), user, password], check=True,
+                          capture_output=True, timeout=60)
             acl = self.folder / "acl"
             acl.write_text(ACL.format(prefix=self.prefix))
             lines += ["allow_anonymous false", f"password_file {passwd}", f"acl_file {acl}",
@@ -96,7 +98,7 @@ class Mosquitto:
 
     def _make_certs(self) -> None:
         f = self.folder
-        run = lambda *a: subprocess.run(a, check=True, capture_output=True, cwd=f)  # noqa: E731
+        run = lambda *a: procs.run(a, check=True, capture_output=True, cwd=f, timeout=60)  # noqa: E731
         run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", "ca.key",
             "-out", "ca.crt", "-subj", "/CN=handeye test CA")
         run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
@@ -107,8 +109,8 @@ class Mosquitto:
         os.chmod(f / "server.key", 0o644)  # mosquitto may drop privileges; the folder is the test's own
 
     def start(self, timeout: float = 10.0) -> Mosquitto:
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        self.proc = procs.start(["mosquitto", "-c", str(self.config)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
@@ -120,17 +122,13 @@ class Mosquitto:
                 return self
             except OSError:
                 time.sleep(0.05)
+        self.stop()
         raise RuntimeError(f"mosquitto did not listen on {self.port} within {timeout} s: {self.log()}")
 
     def stop(self) -> None:
-        """SIGTERM to our broker's PID (it saves its persistence file), and wait for it."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """SIGTERM to our broker (it saves its persistence file), SIGKILL after 10 s, and wait for it."""
+        if self.proc is not None:
+            procs.stop(self.proc, grace=10)
         self.proc = None
 
     def log(self) -> str:

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import subprocess
 import time
 
 import pytest
 
+from tests.support import procs
+from tests.support.installed import need_program
+
 
 def start_xvfb(size: str = "1024x768", *extra: str, timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
     """(the Xvfb process, its display ":N"), ready for clients; ``extra``: more Xvfb arguments. Fails the test when
     Xvfb is not installed (scripts/setup.sh installs it) or the server does not come up."""
-    binary = shutil.which("Xvfb")
-    if binary is None:
-        pytest.fail("Xvfb is not installed; run scripts/setup.sh (apt-get install xvfb)")
+    binary = need_program("Xvfb", "xvfb")
     read, write = os.pipe()
     try:
-        proc = subprocess.Popen([binary, "-displayfd", str(write), "-noreset", "-screen", "0", f"{size}x24",
-                                 "-nolisten", "tcp", *extra], pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = procs.start([binary, "-displayfd", str(write), "-noreset", "-screen", "0", f"{size}x24",
+                            "-nolisten", "tcp", *extra], pass_fds=(write,), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
     finally:
         os.close(write)
     got, deadline = b"", time.monotonic() + timeout
@@ -43,7 +44,7 @@ def start_xvfb(size: str = "1024x768", *extra: str, timeout: float = 20.0) -> tu
     finally:
         os.close(read)
     if not got.strip().isdigit():
-        proc.kill()
+        procs.stop(proc, grace=0)
         err = proc.communicate(timeout=5)[1].decode(errors="replace")[-500:]
         pytest.fail(f"Xvfb did not start within {timeout:.0f} s: {err}")
     assert proc.stderr is not None
@@ -52,9 +53,4 @@ def start_xvfb(size: str = "1024x768", *extra: str, timeout: float = 20.0) -> tu
 
 
 def stop_xvfb(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    procs.stop(proc)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 from policy.tiny import build_tiny_qwen25vl
+from tests.support import procs
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run_worker(args: list[str], tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "ACCELERATE_CONFIG_FILE": str(tmp_path / "none.yaml")}
-    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = procs.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from train.metrics import MetricsLogger, Progress, plot_metrics, read_metrics
+from tests.support import procs
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -213,8 +214,8 @@ def test_progress_off_when_not_a_terminal_or_asked():
 
 def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=REPO)
+    return procs.run([sys.executable, str(REPO / "bench" / "gpu_step.py"), *args], capture_output=True,
+                     text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def test_gpu_step_help_and_no_gpu_message():

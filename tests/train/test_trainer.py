@@ -22,6 +22,7 @@ from train.rewards import RewardResult
 from train.data import answer_text
 from train.build import build_backend, build_data
 from train.trainer import Trainer, run_from_config
+from tests.support import procs
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
@@ -251,7 +252,6 @@ def test_agent_train_resume_refuses_a_crafted_checkpoint_without_running_it(tmp_
     """A checkpoint whose learner.pt would create a file when unpickled: ``agent train --resume`` says what is wrong
     and what to do, exits 2, shows no traceback, and the file is never created."""
     import os
-    import subprocess
     import sys
 
     from tests.conftest import REPO
@@ -267,8 +267,8 @@ def test_agent_train_resume_refuses_a_crafted_checkpoint_without_running_it(tmp_
     state = torch.load(checkpoint / "learner.pt", weights_only=True)
     torch.save({**state, "steps": _Opens(marker)}, checkpoint / "learner.pt")
     args = [a for s in [*settings, "train.steps=2"] for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "agent", "train", *args, "--resume", str(tmp_path / "run")],
-                          cwd=REPO, env={**os.environ, "COLUMNS": "300"}, capture_output=True, text=True, timeout=300)
+    proc = procs.run([sys.executable, "-m", "agent", "train", *args, "--resume", str(tmp_path / "run")],
+                     cwd=REPO, env={**os.environ, "COLUMNS": "300"}, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert "learner.pt holds objects other than tensors" in out and "re-create the checkpoint" in out, out

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,14 +24,14 @@ from agent.fleet.mqtt import MqttTransport
 from agent.fleet.settings import parse_broker
 from agent.fleet.spool import Spool, produced_ids
 from tests.conftest import REPO
+from tests.support import procs
 from tests.support.light_actor import group_message
-from tests.support.mosquitto import Mosquitto, TcpProxy, available
+from tests.support.mosquitto import Mosquitto, TcpProxy
 from train.adapters import AdapterRef
 from train.messages import ActorStatus
 from train.transport import GroupAssembler
 from train.wire import encode_message
 
-pytestmark = pytest.mark.skipif(not available(), reason="mosquitto is not installed (scripts/setup.sh installs it)")
 KEY = bytes(range(32))
 
 
@@ -47,11 +48,13 @@ def learner_for(url: str, **kw) -> MqttTransport:
     return t
 
 
-def producer(url: str, name: str, run_dir: Path, count: int, rate: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.support.light_actor", "produce", "--broker", url, "--name",
-                             name, "--run-dir", str(run_dir), "--count", str(count), "--rate", str(rate)],
-                            cwd=REPO, env={**os.environ, KEY_ENV: KEY.hex()}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def producer(url: str, name: str, run_dir: Path, count: int,
+             rate: float) -> AbstractContextManager[subprocess.Popen[str]]:
+    """A light actor process sending ``count`` samples, for a ``with`` block (ended with it, however it ends)."""
+    return procs.running([sys.executable, "-m", "tests.support.light_actor", "produce", "--broker", url, "--name",
+                          name, "--run-dir", str(run_dir), "--count", str(count), "--rate", str(rate)],
+                         cwd=REPO, env={**os.environ, KEY_ENV: KEY.hex()}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
 
 
 def drain(learner: MqttTransport, assembler: GroupAssembler, want: int, timeout: float) -> list[str]:
@@ -74,21 +77,20 @@ def sample_ids(run_dir: Path) -> list[str]:
 
 
 def broker_outage(tmp_path: Path, seconds: float) -> None:
-    b = Mosquitto(tmp_path / "broker").start()
-    learner, assembler = learner_for(b.url), GroupAssembler()
     run = tmp_path / "a1"
-    proc = producer(b.url, "a1", run, count=int(20 * (seconds + 4)), rate=20)
-    got = drain(learner, assembler, 20, 60)  # about a second of traffic, then the broker goes away
-    b.stop()
-    time.sleep(seconds)
-    spooled = len(Spool(run / "spool").entries())
-    b.start()
-    out, _ = proc.communicate(timeout=120 + seconds)
-    assert proc.returncode == 0, out
-    produced = sample_ids(run)
-    got += drain(learner, assembler, len(produced) - len(got), 60)
-    learner.close()
-    b.stop()
+    with Mosquitto(tmp_path / "broker") as b:
+        learner, assembler = learner_for(b.url), GroupAssembler()
+        with producer(b.url, "a1", run, count=int(20 * (seconds + 4)), rate=20) as proc:
+            got = drain(learner, assembler, 20, 60)  # about a second of traffic, then the broker goes away
+            b.stop()
+            time.sleep(seconds)
+            spooled = len(Spool(run / "spool").entries())
+            b.start()
+            out, _ = proc.communicate(timeout=120 + seconds)
+        assert proc.returncode == 0, out
+        produced = sample_ids(run)
+        got += drain(learner, assembler, len(produced) - len(got), 60)
+        learner.close()
     assert spooled > 0  # the actor kept acting while the broker was away: its messages waited on disk
     assert sorted(got) == sorted(produced) and len(set(got)) == len(got)  # none lost, none counted twice
     assert produced == [f"a1/{i}" for i in range(len(produced))] and produced_ids(run / "spool")[:2] == ["a1/0", "a1/1"]
@@ -106,8 +108,8 @@ def test_nothing_is_lost_when_the_broker_stops_for_30_seconds(tmp_path):
 def test_a_learner_that_reconnects_gets_what_was_queued_meanwhile(broker, tmp_path):
     learner_for(broker.url).close()  # the persistent session exists: the broker queues for it from now on
     run = tmp_path / "a1"
-    proc = producer(broker.url, "a1", run, count=40, rate=0)
-    assert proc.wait(60) == 0
+    with producer(broker.url, "a1", run, count=40, rate=0) as proc:
+        assert proc.wait(60) == 0
     learner = learner_for(broker.url)  # the same client id, clean session off
     got = drain(learner, GroupAssembler(), 40, 30)
     learner.close()
@@ -115,27 +117,26 @@ def test_a_learner_that_reconnects_gets_what_was_queued_meanwhile(broker, tmp_pa
 
 
 def cut_off(tmp_path: Path, seconds: float) -> None:
-    b = Mosquitto(tmp_path / "broker").start()
-    proxy = TcpProxy(b.port).start()
-    learner, assembler = learner_for(b.url), GroupAssembler()
     run = tmp_path / "a1"
-    proc = producer(f"mqtt://127.0.0.1:{proxy.port}/{b.prefix}", "a1", run, count=int(20 * (seconds + 3)),
-                    rate=20)
-    got = drain(learner, assembler, 10, 60)
-    proxy.cut()  # the actor's network goes away; the broker sees its connection die
-    end = time.monotonic() + 10
-    while learner.statuses().get("a1", ActorStatus("a1", "?")).state != "offline" and time.monotonic() < end:
-        time.sleep(0.05)
-    will = learner.statuses()["a1"]
-    time.sleep(seconds)
-    proxy.heal()
-    out, _ = proc.communicate(timeout=120 + seconds)
-    assert proc.returncode == 0, out
-    produced = sample_ids(run)
-    got += drain(learner, assembler, len(produced) - len(got), 60)
-    learner.close()
-    proxy.stop()
-    b.stop()
+    with Mosquitto(tmp_path / "broker") as b:
+        proxy = TcpProxy(b.port).start()
+        learner, assembler = learner_for(b.url), GroupAssembler()
+        with producer(f"mqtt://127.0.0.1:{proxy.port}/{b.prefix}", "a1", run, count=int(20 * (seconds + 3)),
+                      rate=20) as proc:
+            got = drain(learner, assembler, 10, 60)
+            proxy.cut()  # the actor's network goes away; the broker sees its connection die
+            end = time.monotonic() + 10
+            while learner.statuses().get("a1", ActorStatus("a1", "?")).state != "offline" and time.monotonic() < end:
+                time.sleep(0.05)
+            will = learner.statuses()["a1"]
+            time.sleep(seconds)
+            proxy.heal()
+            out, _ = proc.communicate(timeout=120 + seconds)
+        assert proc.returncode == 0, out
+        produced = sample_ids(run)
+        got += drain(learner, assembler, len(produced) - len(got), 60)
+        learner.close()
+        proxy.stop()
     assert will.state == "offline" and "last will" in will.error  # the broker's last will for it
     assert sorted(got) == sorted(produced) and len(set(got)) == len(got)
 

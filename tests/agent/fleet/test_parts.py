@@ -19,6 +19,7 @@ from agent.fleet.settings import PASSWORD_ENV, Topics, check_actor_name, parse_b
 from agent.fleet.spool import Spool, produced_ids
 from agent.fleet.versions import VersionServer, fetch_version
 from tests.support.light_actor import group_message
+from tests.support import procs
 from train.adapters import AdapterRef, AdapterStore, adapter_digest, verify_adapter
 from train.errors import AdapterChecksumError, AdapterPathError
 from train.messages import ActorStatus, EpisodeMessage
@@ -198,12 +199,11 @@ def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monke
 
 
 def test_agent_help_does_not_import_the_mqtt_client():
-    import subprocess
     import sys
 
     from tests.conftest import REPO
 
     code = ("import sys; from agent.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
             "print('HEAVY', [m for m in ('aiomqtt', 'paho') if m in sys.modules])")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = procs.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in r.stdout and "learner" in r.stdout and "actor" in r.stdout, r.stdout + r.stderr

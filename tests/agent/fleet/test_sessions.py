@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, descendants
+from tests.conftest import REPO
 from tests.support.fleet_run import Fleet, sets, wait_for
-from tests.support.mosquitto import TcpProxy, available
+from tests.support.mosquitto import TcpProxy
+from tests.support import procs
 
-pytestmark = [pytest.mark.skipif(not available(), reason="mosquitto is not installed (scripts/setup.sh installs it)"),
-              pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 
 def episodes_done(fleet: Fleet, name: str) -> tuple[int, bool]:
@@ -51,20 +51,13 @@ def _outcome(folder: Path) -> str | None:
 
 
 def kill_9(proc: subprocess.Popen[bytes]) -> None:
-    """kill -9 the actor, and the browser it leaves behind (its children, by PID)."""
-    children = descendants(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    for pid in children:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """kill -9 the actor, and the browser it leaves behind (its group and what is below it)."""
+    procs.stop(proc, first=signal.SIGKILL)
 
 
 def fleet_status(fleet: Fleet) -> dict:
-    out = subprocess.run([sys.executable, "-m", "agent.cli", "fleet", "status", "--broker", fleet.broker.url,
-                          "--wait", "1", "--json"], cwd=REPO, env=fleet.env, capture_output=True, text=True, timeout=60)
+    out = procs.run([sys.executable, "-m", "agent.cli", "fleet", "status", "--broker", fleet.broker.url,
+                     "--wait", "1", "--json"], cwd=REPO, env=fleet.env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from policy.backends.base import BackendError, Generation, GenerationRequest, Sa
 from policy.backends.openai import OpenAIBackend
 from tests.conftest import REPO
 from tests.support.openai_server import OpenAICompatServer
+from tests.support import procs
 
 HUGE_X = "1" * 400
 OUTPUT = (f"<think>t</think><answer>[{{'action': 'click', 'point': [{HUGE_X}, 5], "
@@ -57,7 +57,7 @@ class CannedBackend:
 def test_agent_run_records_the_unparsable_answer_and_retries(tmp_path):
     backend = CannedBackend(OUTPUT)
     with OpenAICompatServer(backend, SERVED) as server:
-        r = subprocess.run(
+        r = procs.run(
             [sys.executable, "-m", "agent", "run", "--policy", f"openai:{server.url}", "--model", SERVED,
              "--format", "gui-r1", "--set", "agent.max_parse_retries=1", "--runs-dir", str(tmp_path)],
             cwd=REPO, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=180)
@@ -76,8 +76,8 @@ def test_agent_run_records_the_unparsable_answer_and_retries(tmp_path):
 
 
 def test_agent_parse_prints_a_parse_error():
-    r = subprocess.run([sys.executable, "-m", "agent", "parse", "--format", "gui-r1", "--size", "1280x720", OUTPUT],
-                       cwd=REPO, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120)
+    r = procs.run([sys.executable, "-m", "agent", "parse", "--format", "gui-r1", "--size", "1280x720", OUTPUT],
+                  cwd=REPO, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "parse error:" in out and "is not a number a screen can have" in out and "Traceback" not in out
