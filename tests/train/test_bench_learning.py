@@ -232,7 +232,7 @@ def test_sft_stops_in_the_band_or_falls_back_to_its_latest_in_band_checkpoint(mo
         model = torch.nn.Linear(1, 1, bias=False)
 
     class Learner:
-        def __init__(self, backend, **kwargs):
+        def __init__(self, backend, model=None, **kwargs):
             self.backend, self.optimizer, self.steps = backend, torch.optim.SGD(backend.model.parameters()), 0
 
         def step(self, examples):
