@@ -5,8 +5,9 @@
     console.print(format_table(result))
 
 Each environment name gets ``episodes`` episodes with seeds ``seed .. seed + episodes - 1``. At most
-``parallel`` episodes run at once, each on its own environment instance (an environment owns its
-device); up to ``parallel`` instances per name are created and reused across that name's episodes.
+``parallel`` episodes run at once, each in one of ``parallel`` slots: a slot holds one device per device kind
+(built through ``devices.registry`` on first use) and lends it to an environment made for the episode and closed
+after it. However many environments a suite has, at most ``parallel`` devices are alive.
 
 Each episode runs through the one episode runner (``agent/runner.py``): the step's frame, action,
 raw output, parse error, candidates and model input size are recorded, with the step reward and
@@ -160,41 +161,75 @@ def compute_stats(name: str, results: Sequence[EpisodeResult]) -> EnvStats:
     )
 
 
-class _Pool:
-    """Environment instances of one name: created on demand, reused, dropped when they break."""
+DeviceFactory = Callable[[str, int], Any]
+"""``(device kind, slot index)`` -> a device of that kind, not started: what an evaluation slot lends its
+environments (``agent.cli.evaluate`` builds them from the config's sections and the ``--device`` addresses)."""
 
-    def __init__(self, name: str, max_steps: int | None) -> None:
-        self.name = name
-        self.max_steps = max_steps
-        self.idle: list[Env] = []
-        self.all: list[Env] = []
+DEVICE_START_TIMEOUT_S = 60.0
+"""Seconds a slot's device may take to start (a browser's launch, a phone's first frame)."""
 
-    def take(self) -> Env:
-        if self.idle:
-            return self.idle.pop()
-        env: Env = make(self.name, max_steps=self.max_steps)
-        self.all.append(env)
-        return env
 
-    def give(self, env: Env) -> None:
-        self.idle.append(env)
+def default_devices(kind: str, slot: int) -> Any:
+    """A device of ``kind`` at its section's defaults (``devices.registry``), whatever the slot."""
+    from devices.registry import device_kind
+    from devices.settle import SettleConfig
 
-    async def drop(self, env: Env) -> None:
-        if env in self.all:
-            self.all.remove(env)
-        await _close(env)
+    spec = device_kind(kind)
+    return spec.build(spec.config(), SettleConfig())
+
+
+class _Slot:
+    """One of ``parallel`` places an episode runs. It holds one started device per device kind, built on first use
+    and lent to every environment that runs there: each environment is made for its episode and closed after it,
+    the device stays. So an evaluation of any number of environments keeps at most ``parallel`` devices (and their
+    browsers) alive. A device that failed is closed, and the slot's next episode on that kind gets a new one."""
+
+    def __init__(self, index: int, factory: DeviceFactory) -> None:
+        self.index = index
+        self.factory = factory
+        self.devices: dict[str, Any] = {}
+
+    async def device(self, kind: str) -> Any:
+        if kind not in self.devices:
+            device = self.factory(kind, self.index)
+            try:
+                await asyncio.wait_for(device.start(), timeout=DEVICE_START_TIMEOUT_S)
+            except BaseException:
+                await _close(device, f"slot {self.index}'s {kind} device")
+                raise
+            self.devices[kind] = device
+        return self.devices[kind]
+
+    async def drop(self, kind: str) -> None:
+        device = self.devices.pop(kind, None)
+        if device is not None:
+            await _close(device, f"slot {self.index}'s {kind} device")
 
     async def close(self) -> None:
-        envs, self.all, self.idle = self.all, [], []
-        for env in envs:
-            await _close(env)
+        for kind in list(self.devices):
+            await self.drop(kind)
 
 
-async def _close(env: Env) -> None:
+async def _close(thing: Any, what: str) -> None:
+    """Close an environment or a device, best effort and bounded: a hung close never stalls the evaluation."""
     try:
-        await asyncio.wait_for(env.close(), timeout=15)
-    except (Exception, asyncio.CancelledError) as e:  # closing is best effort
-        log.warning("closing %s failed: %s: %s", env.name, type(e).__name__, e)
+        await asyncio.wait_for(thing.close(), timeout=15)
+    except (Exception, asyncio.CancelledError) as e:
+        log.warning("closing %s failed: %s: %s", what, type(e).__name__, e)
+
+
+def _check_slots(names: Sequence[str], parallel: int) -> dict[str, str | None]:
+    """Each environment's device kind; ``ValueError`` when ``parallel`` slots cannot hold a kind's devices (two
+    desktops in one process would share one screen)."""
+    from devices.registry import device_kind
+    from envs.registry import spec
+
+    kinds = {name: spec(name).device_kind for name in names}  # unknown names fail before anything starts
+    for kind in {k for k in kinds.values() if k}:
+        if parallel > 1 and device_kind(kind).one_per_process:
+            raise ValueError(f"--parallel {parallel}: the {kind} device is one per process (two would share one "
+                             f"screen); evaluate its environments with --parallel 1")
+    return kinds
 
 
 async def evaluate(
@@ -210,14 +245,16 @@ async def evaluate(
     run_id: str | None = None,
     config: dict[str, Any] | None = None,
     options: RunOptions | None = None,
+    devices: DeviceFactory = default_devices,
 ) -> EvalResult:
     """Run ``episodes`` episodes of every environment in ``env_names``, ``parallel`` at once.
 
     ``policy_factory(env)`` is called for every episode with the environment instance it runs on
     (an oracle reads its env; share heavy state such as a loaded model through the closure).
     ``max_steps`` overrides each environment's step budget. ``on_episode`` is called as each
-    episode ends. ``config`` is stored in run.json; ``options`` go to the episode runner. Writes one
-    run folder under ``runs_dir`` (``eval.json`` holds the scores) and returns the scores.
+    episode ends. ``config`` is stored in run.json; ``options`` go to the episode runner. ``devices`` builds the
+    device each of the ``parallel`` slots lends to its environments (``_Slot``). Writes one run folder under
+    ``runs_dir`` (``eval.json`` holds the scores) and returns the scores.
     """
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be at least 1")
@@ -226,46 +263,51 @@ async def evaluate(
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps={max_steps} must be at least 1")
     names = list(dict.fromkeys(env_names))
-    for name in names:
-        from envs.registry import spec
-
-        spec(name)  # unknown names fail before anything starts
+    kinds = _check_slots(names, parallel)
     run = RunWriter(runs_dir, config={"kind": "eval", "envs": names, "episodes": episodes, "parallel": parallel,
                                       "seed": seed, "max_steps": max_steps, **(config or {})}, run_id=run_id)
-    pools = {name: _Pool(name, max_steps) for name in names}
-    gate = asyncio.Semaphore(parallel)
+    slots: asyncio.Queue[_Slot] = asyncio.Queue()
+    every = [_Slot(i, devices) for i in range(parallel)]
+    for slot in every:
+        slots.put_nowait(slot)
     results: list[EpisodeResult] = []
     t0 = time.perf_counter()
 
     async def one(name: str, ep_seed: int) -> EpisodeResult:
-        async with gate:
-            pool = pools[name]
-            writer = run.episode(task="", env={"name": name, "seed": ep_seed})
-            env: Env | None = None
-            try:
-                env = pool.take()
-                policy = policy_factory(env)
-            except TYPED_ERRORS as e:  # building the env or the policy failed
-                log.error("%s seed %d: %s: %s", name, ep_seed, type(e).__name__, e)
-                record = writer.finish(Outcome.ABORTED, reason={"type": type(e).__name__, "message": str(e)})
-                result = EpisodeResult(name, ep_seed, record, writer.path, error=e)
-            else:
-                result = await run_episode(env, policy, writer, seed=ep_seed, options=options)
-                result = replace(result, env=name)
-            if env is not None:
-                if result.error is not None:  # a device or environment that failed is not reused
-                    await pool.drop(env)
-                else:
-                    pool.give(env)
-            results.append(result)
-            if on_episode is not None:
-                on_episode(result)
-            return result
+        slot = await slots.get()
+        try:
+            result = await _episode(slot, name, kinds[name], ep_seed)
+        finally:
+            slots.put_nowait(slot)
+        results.append(result)
+        if on_episode is not None:
+            on_episode(result)
+        return result
+
+    async def _episode(slot: _Slot, name: str, kind: str | None, ep_seed: int) -> EpisodeResult:
+        writer = run.episode(task="", env={"name": name, "seed": ep_seed})
+        env: Env | None = None
+        try:
+            lent = {"device": await slot.device(kind)} if kind else {}
+            env = make(name, max_steps=max_steps, **lent)
+            policy = policy_factory(env)
+        except (*TYPED_ERRORS, asyncio.TimeoutError) as e:  # the device, the env or the policy would not start
+            log.error("%s seed %d: %s: %s", name, ep_seed, type(e).__name__, e)
+            record = writer.finish(Outcome.ABORTED, reason={"type": type(e).__name__, "message": str(e)})
+            result = EpisodeResult(name, ep_seed, record, writer.path, error=e)
+        else:
+            result = await run_episode(env, policy, writer, seed=ep_seed, options=options)
+            result = replace(result, env=name)
+        if env is not None:
+            await _close(env, name)
+        if result.error is not None and kind:  # a device that failed is not lent again
+            await slot.drop(kind)
+        return result
 
     try:
         await asyncio.gather(*(one(name, seed + i) for name in names for i in range(episodes)))
     finally:
-        await asyncio.gather(*(pool.close() for pool in pools.values()), return_exceptions=True)
+        await asyncio.gather(*(slot.close() for slot in every), return_exceptions=True)
     results.sort(key=lambda r: (names.index(r.env), r.seed))
     result = EvalResult(
         run_dir=run.path, run_id=run.run_id,

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.builders import build_policy, close_policy
-from agent.cli.common import (EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, eval_policy_arg, flag_overrides,
-                              make_console, policy_overrides, positive_int, print_error, versions)
+from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
+                              eval_policy_arg, flag_overrides, make_console, policy_overrides, positive_int,
+                              print_error, versions)
 from agent.cli.eval_actions import add_action_options
 from agent.cli.eval_actions import run_actions
 from agent.terminal import plain
@@ -44,7 +45,12 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--model", help="model id (config: model.id)")
     ev.add_argument("--format", dest="fmt", help="model family for ids without a preset")
     ev.add_argument("--script", help="JSON list of actions for --policy scripted")
-    ev.add_argument("--parallel", type=positive_int, default=1, help="episodes run at once, each on its own device")
+    ev.add_argument("--parallel", type=positive_int,
+                    help="episodes run at once, each on its own device (default 1, or one per --device given)")
+    ev.add_argument("--device", type=device_arg, action="append", default=[], metavar="DEVICE",
+                    help=f"a device the episodes run on ({DEVICE_HELP}); repeat it for more phones, one per "
+                         f"parallel slot: --device android:SERIAL1 --device android:SERIAL2 (config: the kind's "
+                         f"section, e.g. android.serial)")
     ev.add_argument("--max-steps", type=positive_int, help="override each environment's step budget")
     ev.add_argument("--seed", type=int, default=0, help="first seed")
     ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot; action benchmark "
@@ -57,7 +63,7 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from agent.config import load_config
-    from agent.errors import AgentError
+    from agent.errors import AgentError, ConfigError
     from envs.errors import EnvError
     from envs.registry import all_specs, spec
     from policy.errors import PolicyError
@@ -78,10 +84,45 @@ def main(args: argparse.Namespace) -> int:
             return print_error(f"no suite {args.suite!r}; suites: {', '.join(suites)} (and screenspot with --data)")
         if args.tasks:
             names = [spec(t if "/" in t else f"{args.suite}/{t}").name for t in args.tasks]
+        needed = {spec(name).device_kind for name in names}
+        unused = sorted({k for k, _ in args.device} - needed)
+        if unused:
+            raise ConfigError(f"--device {unused[0]}: no environment chosen here runs on the {unused[0]} device "
+                              f"(they run on {', '.join(sorted(k for k in needed if k))})")
+        parallel, devices = slot_devices(cfg, args.device, args.parallel)
+        args.parallel = parallel
         factory, shared = _policy_factory(cfg, kind)
     except (AgentError, EnvError, PolicyError, ValueError) as e:
         return print_error(str(e))
-    return _run_suite(args, cfg, names, factory, shared)
+    return _run_suite(args, cfg, names, factory, shared, devices)
+
+
+def slot_devices(cfg: Any, given: list[tuple[str, str]], parallel: int | None) -> tuple[int, Any]:
+    """(episodes at once, the factory of each slot's devices) for ``agent eval``: a kind's device is built from its
+    config section (``devices.registry``), with the ``i``-th ``--device KIND:ADDRESS`` of that kind in slot ``i``
+    (``--parallel`` defaults to how many were given). ``ConfigError`` when more slots than addresses were asked
+    for on a kind that was given addresses."""
+    from agent.errors import ConfigError
+    from devices.registry import device_kind
+
+    addresses: dict[str, list[str]] = {}
+    for kind, address in given:
+        addresses.setdefault(kind, [])
+        if address:
+            addresses[kind].append(address)
+    parallel = parallel or max([len(a) for a in addresses.values()] + [1])
+    for kind, listed in addresses.items():
+        if listed and len(listed) < parallel:
+            raise ConfigError(f"--parallel {parallel} needs {parallel} {kind} devices, one per slot; "
+                              f"{len(listed)} given (--device {kind}:{device_kind(kind).address} for each)")
+
+    def build(kind: str, slot: int) -> Any:
+        spec = device_kind(kind)
+        listed = addresses.get(kind) or []
+        section = spec.configured(cfg.section(kind), listed[slot]) if listed else cfg.section(kind)
+        return spec.build(section, cfg.settle)
+
+    return parallel, build
 
 
 def _policy_factory(cfg: Any, kind: str) -> tuple[Callable[[Any], Any], Any]:
@@ -112,7 +153,7 @@ def _policy_factory(cfg: Any, kind: str) -> tuple[Callable[[Any], Any], Any]:
 
 
 def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Callable[[Any], Any],
-               shared: Any) -> int:
+               shared: Any, devices: Any) -> int:
     """Run the episodes, print each outcome as it comes, then the success table; write report.html."""
     from agent.eval import evaluate, format_abstention, format_table
     from agent.report import build_report
@@ -142,7 +183,8 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
         try:
             return await evaluate(names, factory, episodes=args.episodes, parallel=args.parallel,
                                   runs_dir=cfg.record.runs_dir, seed=args.seed, max_steps=args.max_steps,
-                                  on_episode=progress, config={"config": cfg.to_dict(), "versions": versions()})
+                                  on_episode=progress, config={"config": cfg.to_dict(), "versions": versions()},
+                                  devices=devices)
         finally:
             await close_policy(shared)
 
