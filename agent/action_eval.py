@@ -4,14 +4,15 @@
     result = await evaluate_actions(datasets[0], policy, batch=8, out_dir=run / "guiodyssey")
     result.scores.released["sr"].rate, result.breakdown(), result.confusion()
 
-Each step is one decision on one screenshot: the instruction is the task; GUI-R1 models also get the record's
-history string as their prompt's history (``HistoryEntry.recorded``) and the benchmark's own action list (the
-preset's variant is set to the benchmark's), and see the screenshot at the released inference scripts' size (no
-training-size cap), exactly as those scripts prompt them; other families see the instruction alone. Decisions are made a batch at a time: a model policy's requests go to its
+Each step is one decision on one screenshot: the instruction is the task. A family whose released inference scripts
+run these benchmarks (``ModelFormat.released_scripts``: GUI-R1's) is prompted as those scripts prompt it: the
+record's history string as its prompt's history (``HistoryEntry.recorded``), the benchmark's own action list (the
+preset's variant set to the benchmark's), the scripts' image size (no training-size cap); other families see the
+instruction alone. Decisions are made a batch at a time: a model policy's requests go to its
 backend in one ``generate`` call (the backends batch them), other policies decide the batch concurrently.
 
-What is scored: a GUI-R1 model's raw output read as the released scripts read it (``read_guir1_answer``), any other
-policy's unified action mapped to the benchmark's names (``from_action``). A screenshot that cannot be decoded is a
+What is scored: such a family's raw output read as its released scripts read it (``ReleasedScripts.read``), any
+other policy's unified action mapped to the benchmark's names (``from_action``). A screenshot that cannot be decoded is a
 rejected record, never a crash; a policy error other than a parse error (a backend that is down) stops the run.
 """
 
@@ -22,20 +23,20 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devices.base import Observation
 from envs.action_bench.benchmarks import Benchmark
-from envs.action_bench.mapping import Prediction, from_action, read_guir1_answer
+from envs.action_bench.mapping import Prediction, from_action
 from envs.action_bench.metrics import Scores, StepScore, score_step, scores
 from envs.action_bench.records import ActionDataset, ActionRecord, decode_image, iter_images
 from envs.errors import EnvError
 from envs.grounding import RejectedRecord, RejectKind
 from policy.base import Decision, HistoryEntry, Policy
-from policy.coords import PreResize
 from policy.errors import PolicyParseError
+from policy.formats import ReleasedScripts
 from policy.model import ModelPolicy
 
 log = logging.getLogger(__name__)
@@ -115,16 +116,17 @@ def _sample_dict(s: ActionStepResult) -> dict[str, Any]:
             "type_hit": s.score.type_hit, "gr_hit": s.score.grounding, "text_hit": s.score.text}
 
 
-def _is_guir1(policy: Policy) -> bool:
-    return isinstance(policy, ModelPolicy) and policy.preset.family == "gui-r1"
+def _released(policy: Policy, variant: str) -> ReleasedScripts | None:
+    """The released scripts of a model policy's family for a benchmark of action list ``variant`` (None: none)."""
+    return policy.format.released_scripts(policy.preset, variant) if isinstance(policy, ModelPolicy) else None
 
 
 def for_benchmark(policy: Policy, bench: Benchmark) -> Policy:
-    """The policy to run on ``bench``: a GUI-R1 model gets the benchmark's prompt variant (its action list) and the
-    released inference scripts' image size (qwen-vl-utils' defaults, without the training cap of run time)."""
-    if _is_guir1(policy) and isinstance(policy, ModelPolicy):
-        preset = replace(policy.preset, variant=bench.variant, pre_resize=PreResize.NONE, pre_resize_pixels=0)
-        return ModelPolicy(policy.backend, preset, n=policy.n, fmt=policy.format)
+    """The policy to run on ``bench``: a model whose family has released scripts for it gets the preset they prompt
+    with (GUI-R1: the benchmark's action list, qwen-vl-utils' image size without the training cap of run time)."""
+    scripts = _released(policy, bench.variant)
+    if scripts is not None and isinstance(policy, ModelPolicy):
+        return ModelPolicy(policy.backend, scripts.preset, n=policy.n, fmt=policy.format)
     return policy
 
 
@@ -146,9 +148,10 @@ async def decide_batch(policy: Policy, items: Sequence[tuple[str, tuple[HistoryE
     return list(await asyncio.gather(*(one(*item) for item in items)))
 
 
-def _prediction(policy: Policy, decision: Decision, frame_size: tuple[int, int]) -> Prediction:
-    if _is_guir1(policy):
-        return read_guir1_answer(decision.raw_output, decision.model_input_size or frame_size)
+def _prediction(scripts: ReleasedScripts | None, decision: Decision, frame_size: tuple[int, int]) -> Prediction:
+    if scripts is not None:
+        read = scripts.read(decision.raw_output, decision.model_input_size or frame_size)
+        return Prediction(read.action, read.point, read.text, decision.raw_output, read.error)
     return from_action(decision.action, raw_output=decision.raw_output, parse_error=decision.parse_error)
 
 
@@ -198,6 +201,7 @@ async def evaluate_actions(dataset: ActionDataset, policy: Policy, *, batch: int
 async def _run_batch(policy: Policy, pending: list[tuple[ActionRecord, bytes]], result: BenchResult,
                      out: Path | None) -> None:
     items, kept = [], []
+    scripts = _released(policy, result.benchmark.variant)
     for record, data in pending:
         try:
             frame = await asyncio.to_thread(decode_image, data)
@@ -205,12 +209,12 @@ async def _run_batch(policy: Policy, pending: list[tuple[ActionRecord, bytes]], 
             result.rejected.append(RejectedRecord(record.file, record.row, RejectKind.UNREADABLE_IMAGE,
                                                   f"{record.id}: {e}"))
             continue
-        history = (HistoryEntry(None, recorded=record.history),) if _is_guir1(policy) else ()
+        history = (HistoryEntry(None, recorded=record.history),) if scripts is not None else ()
         items.append((record.instruction, history, Observation(frame, meta={"sample_id": record.id})))
         kept.append((record, data, (frame.shape[1], frame.shape[0])))
     decisions = await decide_batch(policy, items) if items else []
     for (record, data, size), decision in zip(kept, decisions):
-        prediction = _prediction(policy, decision, size)
+        prediction = _prediction(scripts, decision, size)
         score = score_step(record.group, record.gt_action, record.gt_point(size), record.gt_text,
                            prediction.action, prediction.point, prediction.text)
         image = _save_image(data, out, len(result.steps))

@@ -38,7 +38,6 @@ of the evaluation (``agent.grounding_eval``), never a crash.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import struct
@@ -52,7 +51,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from devices.base import Box, Observation
+from devices.base import Box
 from devices.bounded_json import loads_bounded, read_bounded
 from envs.errors import EnvError
 

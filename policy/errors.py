@@ -1,15 +1,23 @@
 """Errors raised by policies.
 
     PolicyError               base class
-    ├── PolicyParseError      a model output that is not a valid action (recorded, never executed); also a
-    │   │                     ValueError
-    │   └── FormatParseError  a model output that breaks its family's grammar (carries the position)
+    ├── PolicyParseError      a model output that is not a valid action (recorded, never executed); also a ValueError
+    │   └── FormatParseError  a model output breaks its family's grammar; carries the position
     │       └── CoordinateError   a model-space point outside the image the model saw (never clamped)
     ├── PolicyUnavailable     the policy cannot run here (missing package, model, or script file)
-    └── UnknownModel          a model id with no preset and no --format override; also a KeyError
+    ├── UnknownModel          a model id with no preset and no --format (suggests the closest ids); also a KeyError
+    ├── BackendError          the backend could not produce an answer (server down, timeout, HTTP error, garbage,
+    │                         bad model files, a family the backend cannot run)
+    ├── JsonError             a JSON value in a model answer that does not decode (``policy.formats.jsonscan``;
+    │                         the parsers turn it into a FormatParseError with its position)
+    └── NoAnswerForm          a family has no answer that writes an action or a target (SFT: the step is left out,
+                              saying why); also a ValueError
 """
 
 from __future__ import annotations
+
+__all__ = ["BackendError", "CoordinateError", "FormatParseError", "JsonError", "NoAnswerForm", "PolicyError",
+           "PolicyParseError", "PolicyUnavailable", "UnknownModel"]
 
 
 class PolicyError(Exception):
@@ -48,3 +56,19 @@ class UnknownModel(PolicyError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class BackendError(PolicyError):
+    """The backend could not produce an answer (server down, timeout, HTTP error, bad model files)."""
+
+
+class JsonError(PolicyError):
+    """A JSON value that does not decode: ``msg`` at offset ``pos``."""
+
+    def __init__(self, msg: str, pos: int) -> None:
+        super().__init__(msg)
+        self.msg, self.pos = msg, pos
+
+
+class NoAnswerForm(PolicyError, ValueError):
+    """A model family cannot write an answer for this action or target (the message says why)."""

@@ -29,7 +29,7 @@ class Decoding:
 class ModelPreset:
     model_id: str
     family: str
-    """qwen2.5-vl, infigui-g1, gui-r1 or ui-tars (see policy.formats.FORMATS)."""
+    """qwen2.5-vl, infigui-g1, gui-r1 or ui-tars (``policy.formats.FORMAT_CLASSES``): what knows its grammar."""
     min_pixels: int = MIN_PIXELS
     max_pixels: int = MAX_PIXELS
     pre_resize: PreResize = PreResize.NONE
@@ -126,6 +126,14 @@ FAMILY_DEFAULTS: dict[str, ModelPreset] = {
     "ui-tars-1.5": _uitars15("ui-tars-1.5"),
     "ui-tars-v1": _uitars1("ui-tars-v1"),
 }
+
+
+GROUNDING_FAMILY = "infigui-g1"
+"""The family a grounding source (``train.data``: grounding files, generated screens) and the tiny test model write
+prompts for when none is named: InfiGUI-G1, a single-step grounding model."""
+STEP_FAMILY = "gui-r1"
+"""The family a step source (recorded trajectories, action benchmarks) writes prompts for when none is named: GUI-R1,
+whose step prompts and reward the step samples were made for."""
 
 
 def find_preset(model_id: str) -> ModelPreset | None:

@@ -6,12 +6,14 @@ benchmarks build some parts themselves and pass them to ``Trainer``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from policy.formats import get_format
+from policy.presets import GROUNDING_FAMILY, ModelPreset
 from train.config import TrainConfig
 from train.curriculum import ThresholdSchedule
 from train.data import GeneratedSource, GroundingSource, PromptSampler, RewardAdapter, TrajectorySource, reward_fn
@@ -26,9 +28,8 @@ from train.trainable import Trainable
 
 if TYPE_CHECKING:
     from policy.backends.hf import TransformersBackend
-    from policy.presets import ModelPreset
 
-__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner", "model_preset"]
+__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner", "build_reward", "model_preset"]
 
 TargetText = Callable[[RolloutPrompt], str]
 """The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
@@ -37,11 +38,11 @@ TargetText = Callable[[RolloutPrompt], str]
 # -- the model ---------------------------------------------------------------------------------------
 
 
-def _for_family(family: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The variant override only where the family has a no_think variant (InfiGUI-G1)."""
-    if family != "infigui-g1":
-        return {k: v for k, v in overrides.items() if k != "variant"}
-    return overrides
+def _with_think(preset: ModelPreset, think: bool) -> ModelPreset:
+    """``data.think = false`` selects the family's prompt variant without a think block, where it has one
+    (``ModelFormat.no_think_variant``: InfiGUI-G1's released no_think prompt, no think system message)."""
+    variant = get_format(preset.family).no_think_variant
+    return preset if think or variant is None else replace(preset, variant=variant)
 
 
 def build_backend(config: TrainConfig, accelerator: Any = None) -> TransformersBackend:
@@ -66,8 +67,6 @@ def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
     m = config.model
     path = m.id
     overrides: dict[str, Any] = m.preset_overrides()  # the variant and pixel budget the config sets
-    if not config.data.think:
-        overrides["variant"] = "no_think"  # InfiGUI-G1's released no_think prompt: no think system message
     if not path:
         raise ValueError("model.id is empty: name the model to train (a local folder or a hub id, e.g. "
                          "Qwen/Qwen2.5-VL-3B-Instruct), or \"tiny\" for the tiny random test model")
@@ -79,10 +78,9 @@ def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
             build_tiny_qwen25vl(target, seed=config.train.seed)
         overrides.setdefault("min_pixels", 4 * 28 * 28)
         overrides.setdefault("max_pixels", 64 * 28 * 28)
-        fmt = m.format or "infigui-g1"
-        return str(target), preset_for("tiny-qwen", fmt, **_for_family(fmt, overrides))
-    base = preset_for(m.id, m.format or None)
-    return path, preset_for(m.id, m.format or None, **_for_family(base.family, overrides))
+        return str(target), _with_think(preset_for("tiny-qwen", m.format or GROUNDING_FAMILY, **overrides),
+                                        config.data.think)
+    return path, _with_think(preset_for(m.id, m.format or None, **overrides), config.data.think)
 
 
 def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator: Any = None) -> Trainable:
@@ -119,9 +117,20 @@ class TrainData:
                 close()
 
 
-def build_data(config: TrainConfig, preset: Any) -> TrainData:
-    """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
+def build_reward(config: TrainConfig, preset: ModelPreset) -> RewardAdapter:
+    """The reward ``config.data.reward`` names (``train.reward_registry``), for prompts of ``preset``: ``data.think``
+    sets the think gate of a family with a no-think variant (the others' prompts say it), the curriculum's threshold
+    schedule is the distance reward's."""
     d, c = config.data, config.curriculum
+    schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
+        if c.threshold_start and c.threshold_steps else None
+    think = d.think if get_format(preset.family).no_think_variant is not None else None
+    return reward_fn(d.reward, think=think, preset=preset, schedule=schedule)
+
+
+def build_data(config: TrainConfig, preset: ModelPreset) -> TrainData:
+    """The prompt sampler, held-out prompts, reward and SFT targets for ``config.data``."""
+    d = config.data
     seed = config.train.seed
     sources: list[Any] = []
     if d.source == "generated":
@@ -154,13 +163,5 @@ def build_data(config: TrainConfig, preset: Any) -> TrainData:
     if held_src is not None:
         sampler = PromptSampler(held_src, seed=seed, shuffle=False)
         heldout = sampler.next_prompts(min(len(held_src), d.heldout_size or len(held_src)))
-    schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
-        if c.threshold_start and c.threshold_steps else None
-    reward = reward_fn(d.reward, think=d.think if _family(preset) == "infigui-g1" else None, preset=preset,
-                         schedule=schedule)
     prompts = PromptSampler(train_src, seed=seed)
-    return TrainData(prompts, heldout, reward, lambda p: answer_text(p, think=d.think), sources)
-
-
-def _family(preset: Any) -> str:
-    return str(getattr(preset, "family", ""))
+    return TrainData(prompts, heldout, build_reward(config, preset), lambda p: answer_text(p, think=d.think), sources)

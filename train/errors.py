@@ -7,6 +7,10 @@
     ├── BadRow                  one row of a grounding file cannot be used: the source skips and names it;
     │                           also a ValueError
     ├── UnknownReward           no reward of that name (the message names the closest); also a ValueError
+    ├── NoOnlineForm            a reward with no online form (the step verifier cannot score it): refused before an
+    │                           online session or an actor starts; also a ValueError
+    ├── UnwritableAction        a recorded action the model family cannot write as an answer that parses back to it
+    │                           (the SFT step is left out, saying why); also a ValueError
     ├── CheckpointError         a checkpoint that cannot be used: missing, incomplete, or written for another model
     │                           or setup; also a RuntimeError
     ├── AdapterError            an adapter version that cannot be published or used; also a RuntimeError
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
     from envs.grounding import RejectKind
 
 __all__ = ["AdapterChecksumError", "AdapterError", "AdapterPathError", "BadItem", "BadRow", "CheckpointError",
-           "PromptSourceError", "TrainError", "TransportClosed", "TransportError", "UnknownReward"]
+           "NoOnlineForm", "PromptSourceError", "TrainError", "TransportClosed", "TransportError", "UnknownReward",
+           "UnwritableAction"]
 
 
 class TrainError(Exception):
@@ -54,6 +59,15 @@ class BadRow(TrainError, ValueError):
 
 class UnknownReward(TrainError, ValueError):
     """No reward registered under that name (``train.reward_registry``)."""
+
+
+class NoOnlineForm(TrainError, ValueError):
+    """A registered reward that has no online form: the step verifier says whether an action is right, and this
+    reward scores something it cannot say (``train.reward_registry.online_rule``)."""
+
+
+class UnwritableAction(TrainError, ValueError):
+    """The family cannot write the recorded action as an answer that parses back to it (the message says why)."""
 
 
 class CheckpointError(TrainError, RuntimeError):

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from envs.action_bench.metrics import token_f1
 from policy.formats.base import MAX_OUTPUT_CHARS
+from policy.formats.guir1_prompts import NO_INPUT, SCROLL_DIRECTIONS, TEXT_REQUIRED
 from train.collinear import is_collinear
 
 Variant = Literal["code", "paper"]
@@ -284,11 +285,11 @@ _POINT_RE = {
     "code": re.compile(r"\[\s*(\d+)\s*,\s*(\d+)\s*\]"),
     "paper": re.compile(r"\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]"),
 }
-NEEDS_TEXT = frozenset({"type", "select", "open_app"})
-SCROLL_DIRECTIONS = frozenset({"up", "down", "left", "right"})
+# GUI-R1's names are its format's (policy.formats.guir1_prompts); which of them the released reward compares by text
+# is the reward's own choice.
+NEEDS_TEXT = frozenset(TEXT_REQUIRED) - {"scroll"}  # R_f: the default input text fails these (scroll: a direction)
 F1_ACTIONS = frozenset({"type", "select", "scroll"})  # released accuracy: text compared by F1
 PAPER_TEXT_ACTIONS = F1_ACTIONS | {"open_app"}
-DEFAULT_TEXT = "no input text"
 CLICK_RADIUS_PX = 140.0
 
 
@@ -351,7 +352,7 @@ def guir1_format_ok(response: str) -> tuple[bool, str]:
             return False, "point must be [x, y]"
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in point):
             return False, "point coordinates must be integers"
-        if action in NEEDS_TEXT and text == DEFAULT_TEXT:
+        if action in NEEDS_TEXT and text == NO_INPUT:
             return False, f"{action} needs input text"
         if action == "scroll" and text not in SCROLL_DIRECTIONS:
             return False, "scroll needs a direction (up/down/left/right)"

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from train.build import TargetText, TrainData, build_backend, build_data, build_learner
+from train.build import TargetText, TrainData, build_backend, build_data, build_learner, build_reward
 from train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_adapter, save_checkpoint
 from train.config import TrainConfig, with_run_dir
 from train.curriculum import (AdaptiveCurriculum, AdaptiveCurriculumConfig, Correctness, PromptDrawer, dynamic_sample,
@@ -511,7 +511,10 @@ def _run_stage(config: TrainConfig, accelerator: Any) -> TrainResult:
 
         backend = build_backend(config, accelerator)
         stats = ReadStats()
-        trainer = Trainer(config, backend=backend, reward_fn=lambda p, t: 0.0, accelerator=accelerator)
+        # The samples come scored; the trainer still holds the config's reward (``build_reward``), so nothing it
+        # might score (a held-out prompt) would get a stand-in 0.
+        trainer = Trainer(config, backend=backend, reward_fn=build_reward(config, backend.preset),
+                          accelerator=accelerator)
         groups = iter_groups(read_jsonl(config.data.path, stats))
         result = trainer.run_stream(groups)
         if stats.skipped:

@@ -10,7 +10,6 @@ from typing import Any
 
 from agent.cli.common import EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, make_console, print_error, size
 from agent.terminal import plain
-from agent.terminal import plain
 
 NAME = "parse"
 

@@ -40,7 +40,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from policy.backends.base import BackendError, Generation, GenerationRequest
+from policy.backends.base import Generation, GenerationRequest
+from policy.errors import BackendError
 from train.adapters import AdapterRef, LoadTimes, VersionKind, load_verified
 
 log = logging.getLogger(__name__)

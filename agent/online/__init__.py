@@ -17,8 +17,8 @@ correct the rest with the behaviour log-probs.
 Groups (``group_level``):
 
 - ``step``: the policy samples ``rl.group_size`` answers for each screen; the environment's step verifier checks
-  every action of every answer, which gives each answer AEPO's released reward (``step_reward``: -1 when it does
-  not parse, 1 + 1/sqrt(N k) when its k-th of N actions is the first right one, 1 - 1/N when none is), or with
+  every action of every answer, which gives each answer AEPO's released reward (``train.step_rewards``: -1 when it
+  does not parse, 1 + 1/sqrt(N k) when its k-th of N actions is the first right one, 1 - 1/N when none is), or with
   ``data.reward`` guir1, GUI-R1's (0.2 x one action + 0.8 x the first action right); the first answer that parses
   is executed; the answers form one group.
 - ``episode``: ``rl.group_size`` episodes of the same task seed, one answer per step; every step of an episode is a
@@ -42,13 +42,13 @@ device; ``--resume RUN_DIR`` continues from the last checkpoint with the same da
 Modules, in reading order: ``settings`` (OnlineConfig, OnlineError, the settings on disk), ``tasks`` (the seed
 stream, the shared curriculum, the episode queue), ``versions`` (loading versions, timing their propagation),
 ``context`` (what actors and learner see of the session), ``batcher`` (batched generation for the actors),
-``actors`` (an actor and the policy of its episodes, the step reward), ``learner`` (the learner thread and its feed),
-``session`` (the wiring, the monitor, shutdown), ``results`` (what a session did), ``curve``. The fleet
+``actors`` (an actor and the policy of its episodes; the step reward it scores with is ``train.step_rewards``),
+``learner`` (the learner thread and its feed), ``session`` (the wiring, the monitor, shutdown), ``results`` (what a session did), ``curve``. The fleet
 (``agent.fleet``, docs/fleet.md) runs the same actors and learner in separate processes, over MQTT. The command, ``agent train --online``, is
 ``agent.cli.train_online``. docs/online.md has the whole picture.
 """
 
-from agent.online.actors import OnlineActor, step_reward
+from agent.online.actors import OnlineActor
 from agent.online.curve import curve_points, plot_online_curve
 from agent.online.results import OnlineResult
 from agent.online.session import OnlineSession
@@ -57,5 +57,5 @@ from agent.online.tasks import TaskDraw, TaskSampler
 from agent.online.versions import AdapterFollower, VersionClock
 
 __all__ = ["OnlineActor", "AdapterFollower", "OnlineConfig", "OnlineError", "OnlineResult", "OnlineSession",
-           "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session", "online_overrides",
-           "plot_online_curve", "step_reward"]
+           "TaskDraw", "TaskSampler", "VersionClock", "config_overrides", "curve_points", "load_session",
+           "online_overrides", "plot_online_curve"]

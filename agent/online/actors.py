@@ -1,12 +1,12 @@
 """Actors: each drives its own device through an environment with the one episode runner (``agent/runner.py``),
 samples from the session's shared backend, scores the answers and sends the samples. An actor sees its session only
-through an ``ActorContext`` (``agent/online/context.py``)."""
+through an ``ActorContext`` (``agent/online/context.py``). How an answer is scored is the step reward's
+(``train.step_rewards``, the rule ``train.reward_registry`` names for ``data.reward``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,12 +19,11 @@ from agent.runner import TYPED_ERRORS, run_episode
 from envs.records import Outcome
 from policy.base import Decision, HistoryEntry
 from policy.backends.hf import split_images
-from policy.errors import FormatParseError
-from policy.formats.infigui import strict_parse
-from train.collinear import is_collinear
-from train.errors import TransportClosed
+from train.errors import NoOnlineForm, TransportClosed, UnknownReward
 from train.messages import ActorStatus, EpisodeMessage, GroupMessage
+from train.reward_registry import online_rule
 from train.samples import TrainSample
+from train.step_rewards import StepRule, answer_reward, read_answer
 
 log = logging.getLogger(__name__)
 
@@ -33,83 +32,13 @@ DEVICE_START_TIMEOUT_S = 60.0
 failed start."""
 
 
-STEP_RULES = {"aepo": "aepo", "aepo_paper": "aepo", "guir1": "guir1", "guir1_paper": "guir1"}
-"""``data.reward`` -> the rule the online step reward follows (``step_reward``). The offline rewards of those names
-compare the answer with a ground-truth box; online, the environment's step verifier says which actions are right,
-and each rule keeps its reward's weighting of that verdict. ``distance`` (partial credit by distance to a box) has
-no online form: a verifier says right or wrong, not how far."""
-
-
-def step_rule(reward: str) -> str:
-    """The online step reward's rule for ``data.reward`` (``STEP_RULES``); an ``OnlineError`` saying which names
-    work when it has none."""
+def step_rule(reward: str) -> StepRule:
+    """The online step reward's rule for ``data.reward`` (``train.reward_registry.online_rule``); an ``OnlineError``
+    with the registry's reason when it has none (asked before a session or an actor starts anything)."""
     try:
-        return STEP_RULES[reward]
-    except KeyError:
-        raise OnlineError(f"data.reward={reward!r} cannot score online answers: the step verifier says whether each "
-                          f"action is right, not how far it is from a box; use one of {', '.join(STEP_RULES)} "
-                          f"(aepo: AEPO's multi-answer reward, guir1: GUI-R1's single-answer reward)") from None
-
-
-def step_reward(hits: Sequence[bool] | None, *, collinear: bool = False,
-                rule: str = "aepo") -> tuple[float, dict[str, float]]:
-    """(reward, parts) of one answer from the step verifier's verdicts on its actions, in order.
-
-    ``rule="aepo"``: AEPO's released reward (docs/algorithms.md, "The online step reward") with the environment's
-    verifier in place of the box test: an answer that does not parse scores -1; N actions (points) of which the first
-    correct one is the k-th score 1 + 1/sqrt(N k); none correct, 1 - 1/N; three collinear points, -1. With one
-    action per answer (the other families) that is 2 for a right action, 0 for a wrong one and -1 for no parsable
-    answer. ``parts["correct"]`` is 1 when some action is right (what the curriculum and the filters count).
-
-    ``rule="guir1"``: GUI-R1's released weighting, 0.2 x format + 0.8 x accuracy, each 0 or 1: format is an answer
-    that parses and holds exactly one action (GUI-R1 answers one action a step), accuracy is its first action being
-    right. A right single answer scores 1, a right first point of a longer list 0.8, a wrong single answer 0.2, an
-    answer that does not parse 0. ``parts["correct"]`` is the accuracy (the first action is the one executed)."""
-    if rule == "guir1":
-        return _guir1_step(hits)
-    if rule != "aepo":
-        raise ValueError(f"rule must be 'aepo' or 'guir1', got {rule!r}")
-    if hits is None:
-        return -1.0, {"format": 0.0, "accuracy": -1.0, "correct": 0.0, "answers": 0.0}
-    n = len(hits)
-    if n == 0 or collinear:
-        return -1.0, {"format": 0.0, "accuracy": -1.0, "correct": 0.0, "answers": float(n)}
-    k = next((i + 1 for i, h in enumerate(hits) if h), None)
-    accuracy = 1.0 / math.sqrt(n * k) if k else -1.0 / n
-    return 1.0 + accuracy, {"format": 1.0, "accuracy": accuracy, "correct": 1.0 if k else 0.0, "answers": float(n)}
-
-
-def _guir1_step(hits: Sequence[bool] | None) -> tuple[float, dict[str, float]]:
-    n = 0 if hits is None else len(hits)
-    fmt = 1.0 if n == 1 else 0.0
-    accuracy = 1.0 if n and hits[0] else 0.0
-    return 0.2 * fmt + 0.8 * accuracy, {"format": fmt, "accuracy": accuracy, "correct": accuracy, "answers": float(n)}
-
-
-def cut_off(sample: Any) -> bool:
-    """Whether a sampled answer ran into the token cap (``finish_reason`` "length") instead of ending.
-
-    Such an answer is not scored from what the lenient run-time parser recovers from it: the parser reads the points
-    of a cut-off list (so that ``agent run`` acts on what the model meant), but as a reward that pays for lists that
-    grow past the cap. Seen on hard screens (docs/benchmarks.md): 4-point lists cut mid-point scored 1 - 1/N instead
-    of -1, and the policy drifted to answers that never end. The released AEPO reward, which the offline learner
-    uses, reads such text as malformed (-1); the online step reward now does too."""
-    return getattr(sample, "finish_reason", None) == "length"
-
-
-def well_formed(text: str, preset: Any) -> bool:
-    """Whether an answer passes its family's reward-side format check, where the family has one apart from its
-    run-time parser: InfiGUI-G1's released reward parser (``strict_parse``: a complete JSON list of ``point_2d``
-    objects, the think block when the variant has one). The run-time parser also reads the points of a malformed
-    list, which is right for acting and wrong for a reward: on hard screens online AEPO and GRPO learned to end
-    answers with broken JSON that the run-time parser still read (docs/benchmarks.md, "Setting hard")."""
-    if getattr(preset, "family", "") != "infigui-g1":
-        return True
-    try:
-        strict_parse(text, think=preset.variant != "no_think")
-    except FormatParseError:
-        return False
-    return True
+        return online_rule(reward)
+    except (NoOnlineForm, UnknownReward) as exc:
+        raise OnlineError(str(exc)) from None
 
 
 class ActorPolicy:
@@ -171,20 +100,12 @@ class ActorPolicy:
 
     async def _score(self, generation: Any, space: Any, history: Sequence[HistoryEntry]
                      ) -> list[tuple[float, dict[str, float]]]:
-        """Each answer's reward from the step verifier (``step_reward``, by the session's rule); every action of every
-        answer is checked in one ``env.verify`` call. An answer cut off at ``rl.max_new_tokens`` scores as one that
-        does not parse (see ``cut_off``)."""
+        """Each answer's reward from the step verifier (``train.step_rewards``, by the session's rule); every action of
+        every answer is checked in one ``env.verify`` call. An answer cut off at ``rl.max_new_tokens``, or one the
+        family's reward-side reading refuses, scores as one that does not parse (``read_answer``)."""
         ctx = self.ctx
         fmt, preset = ctx.policy.format, ctx.policy.preset
-        answers: list[Any] = []
-        for sample in generation.samples:
-            if cut_off(sample) or not well_formed(sample.text, preset):
-                answers.append(None)
-                continue
-            try:
-                answers.append(fmt.parse(sample.text, space, preset, history=history))
-            except FormatParseError:
-                answers.append(None)
+        answers = [read_answer(sample, fmt, space, preset, history) for sample in generation.samples]
         flat = [a for p in answers if p is not None for a in p.actions]
         found = await self.env.verify(flat) if flat else []
         if found is None:
@@ -194,11 +115,8 @@ class ActorPolicy:
         verdicts = iter(found)
         out = []
         for p in answers:
-            if p is None:
-                out.append(step_reward(None, rule=ctx.settings.reward))
-                continue
-            hits = [bool(v is not None and v.correct) for _, v in zip(p.actions, verdicts)]
-            out.append(step_reward(hits, collinear=is_collinear(p.model_points), rule=ctx.settings.reward))
+            hits = [bool(v is not None and v.correct) for _, v in zip(p.actions, verdicts)] if p is not None else []
+            out.append(answer_reward(p, hits, ctx.settings.reward))
         return out
 
     def _sample(self, messages: list[dict[str, Any]], image: Any, frame_size: tuple[int, int],

@@ -18,6 +18,7 @@ from typing import Any
 from agent.online.tasks import Jobs
 from agent.online.versions import AdapterFollower, VersionClock
 from envs.trajectory import RunWriter
+from train.step_rewards import StepRule
 from train.transport import Transport
 
 
@@ -58,8 +59,8 @@ class ActorSettings:
     """Device failures in a row before the actor is dropped."""
     session_id: str
     """Prefix of every sample and episode id of this session."""
-    reward: str = "aepo"
-    """The online step reward's rule (``agent.online.actors.step_rule`` of ``data.reward``): aepo or guir1."""
+    reward: StepRule = StepRule.AEPO
+    """The online step reward's rule (``train.reward_registry.online_rule`` of ``data.reward``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ groups (n episodes of one seed) get the whole recording as one more episode (``o
 "demo:<run>/<episode>"``). The sample's prompt is built from the recorded frame and history exactly as an actor's
 (``train.data.build_prompt``), its response is the recorded action in the family's answer format
 (``train.data.answers``) followed by the end-of-turn token, and its reward is what a right answer gets:
-the step reward of a single right action at step level (``DEMO_STEP_REWARD``, 1 + 1/sqrt(1·1), under AEPO's; 1
-under GUI-R1's),
+the step reward of a single right action at step level (``train.step_rewards.step_reward``: ``DEMO_STEP_REWARD``,
+1 + 1/sqrt(1·1), under AEPO's; 1 under GUI-R1's),
 ``DEMO_EPISODE_REWARD`` (a checker's success) at episode level, with the reward part ``correct`` = 1. It counts as
 one answer of its group (one episode unit at episode level) and, like every sample, weighs by its share of the
 batch's tokens.
@@ -53,12 +53,13 @@ from typing import Any
 
 from envs.trajectory import iter_episodes
 from train.samples import TrainSample
+from train.step_rewards import StepRule, step_reward
 
 log = logging.getLogger(__name__)
 
-DEMO_STEP_REWARD = 2.0
-"""Reward of a demonstration's step at step level under AEPO's step reward: one right action (``step_reward``); a
-session on GUI-R1's gives 1 instead (``session_replay``'s ``right``)."""
+DEMO_STEP_REWARD = step_reward([True], rule=StepRule.AEPO)[0]
+"""Reward of a demonstration's step at step level under AEPO's step reward: one right action (2); a session on
+GUI-R1's gives 1 instead (``session_replay``'s ``rule``)."""
 DEMO_EPISODE_REWARD = 1.0
 """Reward of a demonstration at episode level: what a task checker gives a success."""
 EMA = 0.3
@@ -219,13 +220,14 @@ class DemoReplay:
 
 
 def session_replay(online: Any, backend: Any, curriculum: Any = None,
-                   right: float = DEMO_STEP_REWARD) -> DemoReplay | None:
+                   rule: StepRule = StepRule.AEPO) -> DemoReplay | None:
     """The success replay an online session's settings ask for (None when ``online.demo_share`` is 0): the
     recordings in ``online.demos`` built with the learner backend's preset and tokenizer, the curriculum's hard
-    queue counting as failing; ``right``: a demonstrated step's reward at step level, what a right single answer
-    gets under the session's step reward (2 under AEPO's, 1 under GUI-R1's)."""
+    queue counting as failing; a demonstrated step's reward at step level is what a right single answer gets under
+    the session's step reward ``rule`` (2 under AEPO's, 1 under GUI-R1's)."""
     if not online.demo_share:
         return None
     hard = (lambda task: task in curriculum.hard) if curriculum is not None else None
     return DemoReplay.load(online.demos, env=online.env, preset=backend.preset, tokenize=tokens_of(backend.tokenizer),
-                           share=online.demo_share, below=online.demo_below, hard=hard, step_reward=right)
+                           share=online.demo_share, below=online.demo_below, hard=hard,
+                           step_reward=step_reward([True], rule=rule)[0])

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.online.actors import OnlineActor, step_reward, step_rule
+from agent.online.actors import OnlineActor, step_rule
 from agent.online.batcher import Batcher
 from agent.online.context import ActorContext, ActorSettings, Counters, LearnerContext
 from agent.online.curve import plot_online_curve
@@ -167,6 +167,7 @@ class OnlineSession:
         """Heavy set-up (models, the trainer), in a worker thread."""
         from policy.model import ModelPolicy
         from policy.presets import Decoding
+        from train.build import build_reward
         from train.trainer import Trainer, build_backend
 
         cfg, online = self.config, self.online
@@ -176,11 +177,14 @@ class OnlineSession:
             torch.set_num_threads(online.torch_threads)
         self.tasks = TaskSampler(online.env, cfg.data.seeds, cfg.train.seed)
         learner_backend = build_backend(cfg)
-        self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks, reward_fn=lambda p, t: 0.0)
+        # The actors score the samples (the step reward); the trainer holds data.reward's own offline form, so a
+        # prompt it would ever score gets the real reward, never a stand-in 0.
+        self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks,
+                               reward_fn=build_reward(cfg, learner_backend.preset))
         if self.trainer.curriculum is not None:
             self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
         self.demos = session_replay(online, learner_backend, self.trainer.curriculum,  # None unless demo_share
-                                    right=step_reward([True], rule=self.step_rule)[0])
+                                    rule=self.step_rule)
         if not online.remote_actors:
             # The actors' model: the same base weights, no adapter until the learner's first version arrives.
             self.backend = build_backend(replace(cfg, model=replace(cfg.model, adapter="")))

@@ -3,7 +3,8 @@ where available) out. Prompt building, resizing and parsing are the caller's job
 (``policy.model.ModelPolicy``); a backend only generates.
 
 Images arrive already resized to the preset's model-input size (w', h'), as RGB uint8 arrays, so
-a processor's or server's own smart_resize is the identity.
+a processor's or server's own smart_resize is the identity. A backend that cannot answer raises
+``policy.errors.BackendError``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from policy.errors import PolicyError
 from policy.presets import Decoding
-
-
-class BackendError(PolicyError):
-    """The backend could not produce an answer (server down, timeout, HTTP error, bad model files)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from policy.backends.base import BackendError, Generation, GenerationRequest, Sample
+from policy.backends.base import Generation, GenerationRequest, Sample
+from policy.errors import BackendError
+from policy.formats import Backbone, get_format
 from policy.presets import ModelPreset
 
 if TYPE_CHECKING:
@@ -45,8 +47,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ForceTextLogitsProcessor", "TransformersBackend", "model_source"]
 
-QWEN_FAMILIES = frozenset({"qwen2.5-vl", "infigui-g1", "gui-r1", "ui-tars"})
-"""Families whose checkpoints are Qwen2-VL or Qwen2.5-VL models (one processor serves them all)."""
+SERVES = frozenset({Backbone.QWEN_VL})
+"""The architectures this backend loads (a format names its family's: ``ModelFormat.backbone``)."""
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
 _PATCH = 28  # patch 14 x merge 2: model-input sides are multiples of this
@@ -112,9 +114,9 @@ class TransformersBackend:
     def __init__(self, model: str | Path, *, preset: ModelPreset, device: str = "cpu", dtype: str = "auto",
                  adapter: str | Path | None = None, adapter_version: str | None = None,
                  logits_processor_factory: LogitsProcessorFactory | None = None) -> None:
-        if preset.family not in QWEN_FAMILIES:
-            raise BackendError(f"the transformers backend serves Qwen2/2.5-VL families ({', '.join(sorted(QWEN_FAMILIES))}), "
-                               f"not {preset.family!r}")
+        if (backbone := get_format(preset.family).backbone) not in SERVES:
+            raise BackendError(f"the transformers backend loads {', '.join(sorted(b.value for b in SERVES))} models; "
+                               f"{preset.family} is {backbone.value}: serve it elsewhere (policy.backends.openai)")
         self.model_id = str(model)
         self.preset = preset
         self.device = device

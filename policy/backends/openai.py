@@ -57,7 +57,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from policy.backends.base import BackendError, Generation, GenerationRequest, Sample
+from policy.backends.base import Generation, GenerationRequest, Sample
+from policy.errors import BackendError
 
 log = logging.getLogger(__name__)
 

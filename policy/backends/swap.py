@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from policy.backends.base import BackendError
+from policy.errors import BackendError
 
 if TYPE_CHECKING:
     import torch

@@ -1,4 +1,6 @@
-"""Model families: prompt builders and output parsers (see ``policy.formats.base``).
+"""Model families: each format builds its prompts, parses its answers, writes the answers SFT teaches and says how a
+reward reads them (see ``policy.formats.base``). ``FORMAT_CLASSES`` registers them: a new family is its module, one
+line here and its presets (``policy.presets``).
 
 Families are imported on first use, so ``import policy.formats`` stays light.
 """
@@ -7,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-from policy.formats.base import ModelFormat, Parsed, Prompt
+from policy.formats.base import (AnswerForm, Backbone, ModelFormat, Parsed, Prompt, ReleasedAnswer,
+                                 ReleasedScripts)
 
 FORMAT_CLASSES = {
     "qwen2.5-vl": "policy.formats.qwen25vl:Qwen25VLFormat",
@@ -26,4 +29,5 @@ def get_format(family: str) -> ModelFormat:
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["FORMAT_CLASSES", "ModelFormat", "Parsed", "Prompt", "get_format"]
+__all__ = ["FORMAT_CLASSES", "AnswerForm", "Backbone", "ModelFormat", "Parsed", "Prompt", "ReleasedAnswer",
+           "ReleasedScripts", "get_format"]

@@ -1,24 +1,6 @@
-"""GUI-R1 (arXiv 2504.10458, ritzz-ai/GUI-R1): prompt builder and output parser.
+"""GUI-R1 (arXiv 2504.10458, ritzz-ai/GUI-R1): the format (prompt, parser, answers) and its output parser.
 
-Prompt
-    One user turn, no system prompt: the screenshot first, then the text, which (as in the released
-    inference scripts) starts with ``<image>\\n`` and also keeps the literal ``<image>`` inside the
-    template sentence. ``preset.variant`` picks the action list: ``high`` (the navigation list of
-    the training loader), ``low`` (``['click']``), or a benchmark's list (``androidcontrol``,
-    ``guiodyssey``, ``guiact-web``, ``omniact-web``, ``omniact-desktop``, ``screenspot``). The
-    released ScreenSpot script says "RUN1-R1"; that is a typo and the model was trained on "GUI-R1",
-    so every variant says "GUI-R1". Lists with text-bearing actions get the "Note: specific input
-    text ..." line and one example per action group; the click-only lists get just the example, as
-    in the released grounding script.
-
-History
-    The training data's history is one string of earlier actions. handeye renders every executed
-    step as ``Step i: <answer>`` where ``<answer>`` is the step's own answer literal, as the model
-    wrote it between ``<answer>`` tags (the trained output grammar); a step whose action came from
-    elsewhere (no parseable answer) is written in the same literal form from its unified action.
-    Steps that were not executed (parse failures, refusals) changed nothing on screen and are left
-    out. No history gives ``'None'``, as in the released scripts. An entry with ``recorded`` text (an offline
-    benchmark's history string, ``agent.action_eval``) is written as it is.
+The prompt, the history text, the action lists and the answer literals are in ``policy.formats.guir1_prompts``.
 
 Output
     ``<think>...</think> <answer>[{'action': ..., 'point': [x, y], 'input_text': ...}]</answer>``.
@@ -50,6 +32,13 @@ Action mapping (GUI-R1 name -> unified action)
         pop-ups on the web and desktop and acts as back on Android;
     press_recent -> FormatParseError: the unified action space has no recent-apps (app switcher)
         action, and guessing a substitute would do something else on the device.
+
+What SFT writes (``render_answer``) is ``<think>The next step is ...</think> <answer>[...]</answer>`` with the action
+literal of ``guir1_prompts.answer_from_action``; for a grounding target (``render_target``) the target's action name,
+point and text. ``strict_parse`` is the parser: the released reward reads every answer (its format check R_f,
+``train.rewards.guir1_format_ok``, is one term of its score, not a gate). On the offline action benchmarks the
+released scripts' settings and reader apply (``released_scripts``: the benchmark's action list, no training-size
+image cap, ``guir1_prompts.read_released``).
 """
 
 from __future__ import annotations
@@ -58,189 +47,24 @@ import ast
 import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from devices.actions import Action, ActionKind
 from devices.errors import InvalidAction
 from devices.keys import normalize_key
 from policy.base import HistoryEntry
-from policy.coords import ModelSpace
-from policy.errors import CoordinateError, FormatParseError
-from policy.formats.base import MAX_OUTPUT_CHARS, Parsed, Prompt, check_output, shown
+from policy.coords import ModelSpace, PreResize
+from policy.errors import CoordinateError, FormatParseError, NoAnswerForm
+from policy.formats.base import (AnswerForm, ModelFormat, Parsed, Prompt, ReleasedScripts, check_output,
+                                 shown)
+from policy.formats.guir1_prompts import (ALL_ACTIONS, IMPOSSIBLE_REASON, KEY_ACTIONS, NO_INPUT, NO_TARGET, PLAIN,
+                                          POINTED, SCROLL_DIRECTIONS, action_list, action_name, answer_from_action,
+                                          history_text, prompt_text, read_released)
 from policy.formats.positions import SourcePositions
 from policy.presets import ModelPreset
 
-#: action lists by ``preset.variant``, in the order the released prompts enumerate them
-ACTION_LISTS: dict[str, tuple[str, ...]] = {
-    "high": ("complete", "close/delete", "press_home", "click", "press_back", "type", "select", "scroll", "enter"),
-    "low": ("click",),
-    "androidcontrol": ("wait", "long_press", "click", "press_back", "type", "open_app", "scroll"),
-    "guiodyssey": (
-        "press_back", "press_recent", "press_home", "complete", "long_press", "scroll", "click", "impossible", "type",
-    ),
-    "guiact-web": ("scroll", "click", "complete"),
-    "omniact-web": (
-        "press_tab", "moveto", "rightclick", "press_enter", "scroll", "click", "press_down", "hotkey", "press_space",
-        "doubleclick",
-    ),
-    "omniact-desktop": ("click", "moveto", "press_pgdn"),
-    "screenspot": ("click",),
-}
-ALL_ACTIONS: frozenset[str] = frozenset(a for actions in ACTION_LISTS.values() for a in actions)
-
-NO_INPUT = "no input text"
-SCROLL_DIRECTIONS = ("up", "down", "left", "right")
-#: actions whose point is required (the click-like ones)
-POINTED = {"click": ActionKind.CLICK, "long_press": ActionKind.LONG_PRESS, "moveto": ActionKind.HOVER,
-           "rightclick": ActionKind.RIGHT_CLICK, "doubleclick": ActionKind.DOUBLE_CLICK}
-#: actions whose input_text is required (the format reward's list, plus open_app and hotkey)
-TEXT_REQUIRED = ("type", "select", "open_app", "scroll")
-KEY_ACTIONS = {"enter": "Enter", "press_enter": "Enter", "press_tab": "Tab", "press_down": "ArrowDown",
-               "press_space": "Space", "press_pgdn": "PageDown"}
-PLAIN = {"complete": ActionKind.FINISH, "press_back": ActionKind.BACK, "press_home": ActionKind.HOME,
-         "wait": ActionKind.WAIT}
-IMPOSSIBLE_REASON = "the model judged the task impossible"
-
-_HEADER = (
-    "You are GUI-R1, a reasoning GUI Agent Assistant. In this UI screenshot <image>, I want you to continue "
-    "executing the command '{instruction}', with the action history being '{history}'.\n"
-)
-
-
-def _enum(names: Sequence[str]) -> str:
-    return "[" + ", ".join(repr(n) for n in names) + "]"
-
-
-def action_list(variant: str) -> tuple[str, ...]:
-    """The action list of a GUI-R1 prompt variant; ValueError naming the valid ones otherwise."""
-    key = (variant or "high").strip().lower()
-    if key not in ACTION_LISTS:
-        raise ValueError(f"unknown GUI-R1 variant {variant!r}; valid variants: {', '.join(ACTION_LISTS)}")
-    return ACTION_LISTS[key]
-
-
-def prompt_text(instruction: str, history: str, actions: Sequence[str]) -> str:
-    """The GUI-R1 user text for an action list (without the leading ``<image>\\n``)."""
-    enum = _enum(actions)
-    text = _HEADER.format(instruction=instruction, history=history)
-    text += (
-        f"Please provide the action to perform (enumerate from {enum}), the point where the cursor is moved to "
-        "(integer) if a click is performed, and any input text required to complete the action.\n"
-        "Output the thinking process in <think> </think> tags, and the final answer in <answer> </answer> tags "
-        "as follows:\n"
-        f"<think> ... </think> <answer>[{{'action': enum{enum}, 'point': [x, y], "
-        "'input_text': 'no input text [default]'}]</answer>\n"
-    )
-    needs_text = [a for a in actions if a in TEXT_REQUIRED]
-    pointed = [a for a in actions if a in POINTED]
-    plain = [a for a in actions if a not in POINTED and a not in TEXT_REQUIRED]
-    texty = [a for a in needs_text if a != "scroll"]
-    examples = []
-    if plain:
-        examples.append(f"[{{'action': enum{_enum(plain)}, 'point': [-100, -100], 'input_text': 'no input text'}}]")
-    if pointed:
-        examples.append(f"[{{'action': enum{_enum(pointed)}, 'point': [123, 300], 'input_text': 'no input text'}}]")
-    if texty:
-        examples.append(
-            f"[{{'action': enum{_enum(texty)}, 'point': [-100, -100], 'input_text': 'shanghai shopping mall'}}]"
-        )
-    if "scroll" in actions:
-        examples.append(
-            "[{'action': enum['scroll'], 'point': [-100, -100], 'input_text': enum['up', 'left', 'right', 'down']}]"
-        )
-    if needs_text:
-        text += (
-            f"Note:\n specific input text (no default) is necessary for actions enum{_enum(needs_text)} \n Example:\n"
-        )
-        text += "\n".join(examples)
-    else:
-        text += "Example:\n" + "\n".join(examples) + "\n"
-    return text
-
-
-# -- history ----------------------------------------------------------------------------------------
-
-def _last_answer(raw: str) -> str | None:
-    """The text of the last ``<answer>...</answer>`` pair (pairs taken left to right, as a lazy regex
-    would find them), in one pass: each search starts where the previous pair ended."""
-    found, pos = None, 0
-    while (a_open := raw.find("<answer>", pos)) >= 0:
-        a_close = raw.find("</answer>", a_open + len("<answer>"))
-        if a_close < 0:
-            break
-        found, pos = raw[a_open + len("<answer>"):a_close], a_close + len("</answer>")
-    return found
-
-
-def _answer_of(raw: str) -> str | None:
-    if not raw or len(raw) > MAX_OUTPUT_CHARS:
-        return None
-    body = _last_answer(raw)
-    if body is None:
-        return None
-    body = body.strip()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            value = ast.literal_eval(body)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
-        return None
-    return body if isinstance(value, (list, dict)) and value else None
-
-
-def answer_from_action(action: Action, space: ModelSpace, actions: Sequence[str]) -> str:
-    """The GUI-R1 answer literal that stands for a unified action (for history text, and the answer an SFT example
-    teaches for a recorded step: train/data/answers.py); its short description when GUI-R1 has no such action."""
-
-    def pt(p: Any) -> list[int]:
-        if p is None:
-            return [-100, -100]
-        x, y = space.from_point(p)
-        return [round(x), round(y)]
-
-    kind = action.kind
-    name, point, text = None, action.point, NO_INPUT
-    simple = {ActionKind.CLICK: "click", ActionKind.LONG_PRESS: "long_press", ActionKind.HOVER: "moveto",
-              ActionKind.RIGHT_CLICK: "rightclick", ActionKind.DOUBLE_CLICK: "doubleclick",
-              ActionKind.BACK: "press_back", ActionKind.HOME: "press_home", ActionKind.WAIT: "wait",
-              ActionKind.FINISH: "complete", ActionKind.INFEASIBLE: "impossible"}
-    if kind in simple:
-        name = simple[kind]
-    elif kind is ActionKind.TYPE:
-        name, text = "type", action.text or ""
-    elif kind is ActionKind.OPEN_APP:
-        name, text = "open_app", action.text or ""
-    elif kind is ActionKind.SCROLL:
-        name, text = "scroll", action.direction.value if action.direction else "down"
-    elif kind is ActionKind.KEY:
-        key = action.keys[0]
-        if key == "Enter":
-            name = "enter" if "enter" in actions or "press_enter" not in actions else "press_enter"
-        elif key == "Escape":
-            name = "close/delete"
-        else:
-            back = {v: k for k, v in KEY_ACTIONS.items() if k != "enter" and k != "press_enter"}
-            name = back.get(key)
-            if name is None:
-                name, text = "hotkey", key.lower()
-    elif kind is ActionKind.HOTKEY:
-        name, text = "hotkey", " ".join(k.lower() for k in action.keys)
-    if name is None:  # drag, open_url: no GUI-R1 form
-        return action.describe()
-    return repr([{"action": name, "point": pt(point), "input_text": text}])
-
-
-def history_text(history: Sequence[HistoryEntry], space: ModelSpace, actions: Sequence[str]) -> str:
-    parts = []
-    for entry in history:
-        if entry.recorded:  # an offline benchmark's own history string, shown as the model was trained on it
-            parts.append(entry.recorded)
-            continue
-        if not entry.executed or entry.action is None:
-            continue
-        answer = _answer_of(entry.raw_output) or answer_from_action(entry.action, space, actions)
-        parts.append(f"Step {len(parts) + 1}: {answer}")
-    return "; ".join(parts) if parts else "None"
+__all__ = ["GuiR1Format"]
 
 
 # -- parsing helpers --------------------------------------------------------------------------------
@@ -400,10 +224,39 @@ def _target(
     return point, model_point
 
 
-class GuiR1Format:
+class GuiR1Format(ModelFormat):
     """GUI-R1's prompt and its ``<think>/<answer>`` Python-literal answer (see the module docstring)."""
 
     family = "gui-r1"
+
+    def answer_form(self, preset: ModelPreset) -> AnswerForm:
+        return AnswerForm.ACTION_LIST
+
+    def thinks(self, preset: ModelPreset) -> bool:
+        return True
+
+    def render_answer(self, action: Action, space: ModelSpace, preset: ModelPreset, *, instruction: str = "",
+                      box: Sequence[float] | None = None) -> str:
+        if action_name(action) is None:
+            raise NoAnswerForm(f"GUI-R1 has no action for {action.kind.value}")
+        literal = answer_from_action(action, space, action_list(preset.variant))
+        return f"<think>The next step is {action.kind.value}.</think> <answer>{literal}</answer>"
+
+    def render_target(self, point: tuple[float, float] | None, *, instruction: str, action: str | None = None,
+                      text: str | None = None, think: bool = True) -> str:
+        """The target's action (a click on its point, ``impossible`` when it is absent, unless it names another),
+        at its point (``NO_TARGET`` when none), with its text (``NO_INPUT`` when none); always with a think block,
+        which GUI-R1's prompt asks for."""
+        name = action or ("click" if point is not None else "impossible")
+        xy = [round(point[0]), round(point[1])] if point is not None else list(NO_TARGET)
+        item = {"action": name, "point": xy, "input_text": text or NO_INPUT}
+        return f"<think>The task asks for {name}.</think> <answer>{[item]!r}</answer>"
+
+    def released_scripts(self, preset: ModelPreset, variant: str) -> ReleasedScripts:
+        """The benchmark's action list, and the image size of the released inference scripts (qwen-vl-utils'
+        defaults, without the training cap of run time); their reader."""
+        return ReleasedScripts(replace(preset, variant=variant, pre_resize=PreResize.NONE, pre_resize_pixels=0),
+                               read_released)
 
     def build_prompt(
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset

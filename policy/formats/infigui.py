@@ -19,8 +19,14 @@ and kept as a click candidate in order; the first is executed. No think gate, tr
 ignored, a list cut off mid-item keeps its complete items. An empty list ``[]`` is the model's way of
 saying "the target is not on this screen" (the negative samples it was trained on, where the released
 reward gives ``[]`` its best score): it parses to one ``infeasible`` action (``EMPTY_LIST_REASON``),
-which an episode executes as the end of the task and every evaluation scores as an abstention. ``strict_parse`` is the reward parser of the released recipe
-(think gate, then every item must be valid), for training.
+which an episode executes as the end of the task and every evaluation scores as an abstention. ``strict_parse`` is
+the reward parser of the released recipe (think gate, then every item must be valid), for training; the format's
+``strict_parse`` method applies it (with the preset's think gate) before the execution parser, which is what the
+online step reward reads.
+
+What SFT writes: a recorded step's location as a one-point list (``render_answer``; InfiGUI-G1 is grounding only,
+so only steps that went to an element have one), a grounding target's point, or ``[]`` when the target is absent
+(``render_target``), each after a short think block in the ``think`` variant.
 """
 
 from __future__ import annotations
@@ -30,11 +36,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from devices.actions import ActionKind
+from devices.actions import Action, ActionKind
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
 from policy.errors import FormatParseError
-from policy.formats.base import Parsed, Prompt, check_output, make_action, model_point, shown
+from policy.formats.base import (AnswerForm, ModelFormat, Parsed, Prompt, check_output, grounding_point, make_action,
+                                 model_point, shown)
 from policy.formats.jsonscan import scan_json_list
 from policy.presets import ModelPreset
 
@@ -132,11 +139,47 @@ def _float(value: int | float) -> float:
         return math.inf if value > 0 else -math.inf  # copysign would convert value to a float
 
 
-class InfiGuiG1Format:
+class InfiGuiG1Format(ModelFormat):
     """InfiGUI-G1's grounding prompt and its execution parser (see the module docstring)."""
 
     family = "infigui-g1"
     variants = ("think", "no_think")
+    no_think_variant = "no_think"
+
+    def answer_form(self, preset: ModelPreset) -> AnswerForm:
+        return AnswerForm.POINT_LIST
+
+    def thinks(self, preset: ModelPreset) -> bool:
+        return preset.variant != self.no_think_variant
+
+    def grounding_only(self, preset: ModelPreset) -> bool:
+        return True
+
+    def strict_parse(
+        self, text: str, space: ModelSpace, preset: ModelPreset, history: Sequence[HistoryEntry] | None = None
+    ) -> Parsed:
+        """The released reward parser's rule (``strict_parse``, with the think gate of the preset's variant), then
+        the execution parser."""
+        strict_parse(text, think=self.thinks(preset))
+        return self.parse(text, space, preset, history=history)
+
+    def render_answer(self, action: Action, space: ModelSpace, preset: ModelPreset, *, instruction: str = "",
+                      box: Sequence[float] | None = None) -> str:
+        x, y = space.from_point(grounding_point(action, box))
+        answer = json.dumps([{"point_2d": [round(x), round(y)]}])
+        if not self.thinks(preset):
+            return answer
+        return f"<think>The element for \"{instruction}\" is at this point.</think>\n{answer}"
+
+    def render_target(self, point: tuple[float, float] | None, *, instruction: str, action: str | None = None,
+                      text: str | None = None, think: bool = True) -> str:
+        """The point as a one-point list, ``[]`` when the target is absent (what the reward scores best on a
+        negative sample); ``action`` and ``text`` do not enter a location."""
+        answer = "[]" if point is None else json.dumps([{"point_2d": [round(point[0]), round(point[1])]}])
+        if not think:
+            return answer
+        what = "is not on the screen" if point is None else "is at this point"
+        return f"<think>The element for \"{instruction}\" {what}.</think>\n{answer}"
 
     def build_prompt(
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset

@@ -3,7 +3,7 @@
 Models write JSON inside chatter, code fences and think blocks, and their answers are sometimes cut
 off by the token limit. ``scan_json_list`` decodes a list item by item and keeps the complete items
 of a list that breaks off; ``decode_json`` turns every way ``json`` can fail into one ``JsonError``
-with an offset, so parsers can say where an answer went wrong (FormatParseError). Used by the
+(``policy.errors``) with an offset, so parsers can say where an answer went wrong (FormatParseError). Used by the
 Qwen2.5-VL and InfiGUI-G1 formats.
 """
 
@@ -13,18 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from policy.errors import FormatParseError
+from policy.errors import FormatParseError, JsonError
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
-
-
-class JsonError(Exception):
-    """A JSON value that does not decode: ``msg`` at offset ``pos``."""
-
-    def __init__(self, msg: str, pos: int) -> None:
-        super().__init__(msg)
-        self.msg, self.pos = msg, pos
 
 
 def decode_json(text: str, pos: int) -> tuple[Any, int]:

@@ -28,7 +28,8 @@ Mapping choices (computer_use):
 - ``left_click`` / ``right_click`` / ``double_click`` / ``mouse_move`` -> click / right_click /
   double_click / hover at ``coordinate``. A click without a coordinate clicks where the cursor is:
   the last point of an earlier tool call in the same reply, else of the last executed action in
-  the history (``parse(..., history=...)`` or the history given to the latest ``build_prompt``).
+  the ``history`` given to ``parse`` (none given: no cursor is known). The cursor is read from that
+  history at each parse, never kept on the format, which every actor of a session shares.
 - ``left_click_drag`` drags from the cursor (found the same way) to ``coordinate``; with no known
   cursor it is a FormatParseError, since guessing a start would drag something else.
 - ``middle_click`` is a FormatParseError: the unified action space has no middle button, and a
@@ -46,6 +47,10 @@ Mapping choices (mobile_use): click, long_press (``time`` -> duration), swipe ->
 app-switcher action in the unified space); ``key`` takes an adb keyevent name (``KEYCODE_`` prefix
 optional): back/home map to those actions, enter/del/tab/escape/space/dpad_* to keys, others are
 errors.
+
+What SFT writes (``render_answer``): the action as one ``<tool_call>`` block (an action the tool
+cannot express has none: ``NoAnswerForm``); in the grounding variant, the location as a one-point
+``point_2d`` list.
 """
 
 from __future__ import annotations
@@ -60,9 +65,10 @@ from devices.errors import InvalidAction
 from devices.keys import normalize_key
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
-from policy.errors import FormatParseError
-from policy.formats.base import Parsed, Prompt, as_float, check_output, make_action, model_point, shown
-from policy.formats.jsonscan import JsonError, decode_json, is_number, scan_json_list, skip_ws
+from policy.errors import FormatParseError, JsonError, NoAnswerForm
+from policy.formats.base import (AnswerForm, ModelFormat, Parsed, Prompt, as_float, check_output, grounding_point,
+                                 make_action, model_point, shown)
+from policy.formats.jsonscan import decode_json, is_number, scan_json_list, skip_ws
 from policy.formats.qwen25vl_prompts import (
     COMPUTER_ACTIONS,
     GROUNDING_TEMPLATE,
@@ -74,6 +80,7 @@ from policy.formats.qwen25vl_prompts import (
     mobile_use_tool,
     nous_system_prompt,
     render_step,
+    tool_call,
 )
 from policy.presets import ModelPreset
 
@@ -92,15 +99,28 @@ _ADB_KEYS = {"enter": "Enter", "del": "Backspace", "forward_del": "Delete", "tab
              "page_down": "PageDown"}
 
 
-class Qwen25VLFormat:
+class Qwen25VLFormat(ModelFormat):
     """Qwen2.5-VL: grounding, computer_use and mobile_use (see the module docstring)."""
 
     family = "qwen2.5-vl"
     variants = ("grounding", "computer_use", "mobile_use")
 
-    def __init__(self) -> None:
-        self._cursor: Point | None = None
-        """The cursor after the history of the latest ``build_prompt`` (for clicks without a point, drags)."""
+    def answer_form(self, preset: ModelPreset) -> AnswerForm:
+        return AnswerForm.BOX_LIST if self._variant(preset) == "grounding" else AnswerForm.TOOL_CALL
+
+    def grounding_only(self, preset: ModelPreset) -> bool:
+        return self._variant(preset) == "grounding"
+
+    def render_answer(self, action: Action, space: ModelSpace, preset: ModelPreset, *, instruction: str = "",
+                      box: Sequence[float] | None = None) -> str:
+        variant = self._variant(preset)
+        if variant == "grounding":
+            x, y = space.from_point(grounding_point(action, box))
+            return json.dumps([{"point_2d": [round(x), round(y)]}])
+        call = tool_call(action, space, variant)
+        if call is None:
+            raise NoAnswerForm(f"the {variant} tool has no action for {action.kind.value}")
+        return f"<tool_call>\n{call}\n</tool_call>"
 
     # -- prompt ------------------------------------------------------------------------------------
     def _variant(self, preset: ModelPreset) -> str:
@@ -113,7 +133,6 @@ class Qwen25VLFormat:
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset
     ) -> Prompt:
         variant = self._variant(preset)
-        self._cursor = last_cursor(history)
         if variant == "grounding":
             target = re.sub(r"^\s*the\s+", "", task.strip(), flags=re.IGNORECASE)
             return Prompt([
@@ -138,13 +157,12 @@ class Qwen25VLFormat:
     def parse(self, text: str, space: ModelSpace, preset: ModelPreset,
               history: Sequence[HistoryEntry] | None = None) -> Parsed:
         """Actions from a reply. ``history`` (optional) gives the cursor position for clicks without
-        a coordinate and drags; without it, the history of the latest ``build_prompt`` is used."""
+        a coordinate and drags (``last_cursor``); without it no cursor is known."""
         text = check_output(text)
         variant = self._variant(preset)
         if variant == "grounding":
             return self._parse_grounding(text, space)
-        cursor = last_cursor(history) if history is not None else self._cursor
-        return self._parse_tool_calls(text, space, variant, cursor)
+        return self._parse_tool_calls(text, space, variant, last_cursor(history or ()))
 
     # grounding
     def _parse_grounding(self, text: str, space: ModelSpace) -> Parsed:

@@ -226,13 +226,17 @@ def _mobile_args(action: Action, space: ModelSpace) -> dict[str, Any] | None:
     return None
 
 
+def tool_call(action: Action, space: ModelSpace, tool: str) -> str | None:
+    """The tool-call JSON that writes ``action`` (model pixels) with ``tool`` (computer_use or mobile_use); None
+    when the tool cannot express it (e.g. back on a desktop)."""
+    args = (_computer_args if tool == "computer_use" else _mobile_args)(action, space)
+    return None if args is None else json.dumps({"name": tool, "arguments": args}, ensure_ascii=False)
+
+
 def render_step(action: Action, space: ModelSpace, tool: str) -> str:
     """A past action as the family writes it: the tool-call JSON in model pixels, or, for an action
     the tool cannot express, its short description."""
-    args = (_computer_args if tool == "computer_use" else _mobile_args)(action, space)
-    if args is None:
-        return action.describe()
-    return json.dumps({"name": tool, "arguments": args}, ensure_ascii=False)
+    return tool_call(action, space, tool) or action.describe()
 
 
 def last_cursor(history: Sequence[HistoryEntry]) -> Point | None:

@@ -48,6 +48,10 @@ Action mapping (UI-TARS -> unified)
     ``devices.actions.ABSTAIN_KINDS``); press_home -> home;
     press_back -> back; open_app(app_name) -> open_app.
     Every action name is accepted in every version and variant (the union of the grammars).
+
+What SFT writes (``render_answer``): ``Thought: The next step is <kind>.`` then ``Action:`` and the
+action in the call grammar (``render_action``); in the grounding variant, ``Action: click(...)`` at
+the location.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from devices.keys import normalize_key
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace, number_text
 from policy.errors import CoordinateError, FormatParseError
-from policy.formats.base import Parsed, Prompt, check_output, shown
+from policy.formats.base import AnswerForm, ModelFormat, Parsed, Prompt, check_output, grounding_point, shown
 from policy.formats.positions import SourcePositions
 from policy.formats.uitars_prompts import PROMPTS, SYSTEM_PROMPT
 from policy.presets import ModelPreset
@@ -137,13 +141,25 @@ def _unescape(raw: str) -> str:
     return "".join(out)
 
 
-class UiTarsFormat:
+class UiTarsFormat(ModelFormat):
     """UI-TARS's prompts and its ``Thought:/Action:`` call grammar (see the module docstring)."""
 
     family = "ui-tars"
 
     def __init__(self, language: str = "English") -> None:
         self.language = language
+
+    def answer_form(self, preset: ModelPreset) -> AnswerForm:
+        return AnswerForm.CALL
+
+    def grounding_only(self, preset: ModelPreset) -> bool:
+        return _variant(preset) == "grounding"
+
+    def render_answer(self, action: Action, space: ModelSpace, preset: ModelPreset, *, instruction: str = "",
+                      box: Sequence[float] | None = None) -> str:
+        if self.grounding_only(preset):
+            return "Action: " + self.render_action(Action(ActionKind.CLICK, grounding_point(action, box)), space)
+        return f"Thought: The next step is {action.kind.value}.\nAction: {self.render_action(action, space)}"
 
     # -- prompt ---------------------------------------------------------------------------------
     def prompt_text(self, task: str, preset: ModelPreset) -> str:

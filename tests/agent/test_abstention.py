@@ -9,14 +9,15 @@ import asyncio
 
 import pytest
 
-from agent.online import step_reward
 from devices.actions import ActionKind, is_abstention
 from envs.generated.env import GeneratedEnv
 from envs.generated.layout import ScreenParams, TaskKind, generate
 from policy.formats import get_format
-from policy.formats.guir1 import action_list, prompt_text
+from policy.backends.base import Sample
+from policy.formats.guir1_prompts import action_list, prompt_text
 from policy.presets import preset_for
 from train.rewards import aepo_reward
+from train.step_rewards import StepRule, answer_reward, read_answer
 
 SIZE = (1280, 800)
 
@@ -41,12 +42,14 @@ def screen_env(kind: str, seed: int = 3) -> GeneratedEnv:
 
 
 def online_reward(env: GeneratedEnv, model_id: str, text: str) -> float:
-    """The online actor's scoring of one answer (agent/online/actors.py: parse, verify every action, step_reward)."""
+    """The online actor's scoring of one answer (agent/online/actors.py: the reward's reading of the answer, the
+    verifier on every action, the step reward: train.step_rewards)."""
     preset = preset_for(model_id)
-    parsed = get_format(preset.family).parse(text, preset.space(SIZE), preset)
+    parsed = read_answer(Sample(text, finish_reason="stop"), get_format(preset.family), preset.space(SIZE), preset, ())
+    assert parsed is not None
     verdicts = asyncio.run(env.verify(parsed.actions))
     assert verdicts is not None
-    return step_reward([v.correct for v in verdicts])[0]
+    return answer_reward(parsed, [v.correct for v in verdicts], StepRule.AEPO)[0]
 
 
 @pytest.mark.parametrize(("model_id", "text"), DECLINES)

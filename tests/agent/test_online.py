@@ -21,6 +21,7 @@ from envs.trajectory import iter_episodes
 from tests.conftest import REPO, descendants
 from train.metrics import read_metrics
 from train.config import TrainModelConfig
+from train.step_rewards import StepRule
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -269,19 +270,6 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path, capsys):
     assert "needs the environment the actors run: --env ENV" in "".join(capsys.readouterr())
 
 
-def test_the_step_reward_is_aepos_with_the_verifier_as_the_box_test():
-    from agent.online import step_reward
-
-    assert step_reward(None) == (-1.0, {"format": 0.0, "accuracy": -1.0, "correct": 0.0, "answers": 0.0})
-    assert step_reward([True])[0] == 2.0 and step_reward([True])[1]["correct"] == 1.0
-    assert step_reward([False]) == (0.0, {"format": 1.0, "accuracy": -1.0, "correct": 0.0, "answers": 1.0})
-    assert step_reward([False, True])[0] == pytest.approx(1 + 1 / 2)  # N = 2, k = 2: 1 + 1/sqrt(4)
-    assert step_reward([True, False, False])[0] == pytest.approx(1 + 1 / 3 ** 0.5)
-    assert step_reward([False, False])[0] == pytest.approx(0.5)  # 1 - 1/N
-    assert step_reward([True, True, True], collinear=True)[0] == -1.0
-    assert step_reward([])[0] == -1.0
-
-
 def test_saved_settings_read_back_into_the_same_config(tmp_path):
     from agent.online import config_overrides
 
@@ -335,7 +323,8 @@ def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_mod
     assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines
 
 
-def score_infigui_answers(samples, rule: str = "aepo", left_is_right: bool = False) -> list[tuple[float, dict]]:
+def score_infigui_answers(samples, rule: StepRule = StepRule.AEPO, left_is_right: bool = False
+                          ) -> list[tuple[float, dict]]:
     """The online step reward of ``samples`` (InfiGUI-G1 no_think answers to a 224 px screen) through
     ``ActorPolicy._score`` under the session's ``rule``, with a step verifier that finds every action wrong, or with
     ``left_is_right`` every action in the screen's left half right."""
@@ -362,8 +351,8 @@ def score_infigui_answers(samples, rule: str = "aepo", left_is_right: bool = Fal
 def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse():
     """An answer that hit the token cap did not end: as a reward, reading what it holds would pay for answers that
     never end. Scored: the same text is -1 when it hit the cap and an ordinary miss (0) when the model ended it."""
-    from agent.online.actors import cut_off
     from policy.backends.base import Sample
+    from train.step_rewards import cut_off
 
     text = '[{"point_2d": [14, 14]}]'  # well formed: only the cap decides
     ended, capped = Sample(text=text, finish_reason="stop"), Sample(text=text, finish_reason="length")
@@ -375,51 +364,69 @@ def test_an_answer_cut_off_at_the_token_cap_scores_like_one_that_does_not_parse(
 
 def test_a_malformed_infigui_answer_scores_minus_one_though_the_run_time_parser_reads_it():
     """The run-time parser reads the points of a list with broken JSON (right for acting); the reward takes the
-    released reward parser's rule, so the same ended answer scores -1, and a well-formed miss scores 0."""
-    from agent.online.actors import well_formed
+    released reward parser's rule (the format's ``strict_parse``), so the same ended answer scores -1, and a
+    well-formed miss scores 0."""
     from policy.backends.base import Sample
+    from policy.errors import FormatParseError
+    from policy.formats import get_format
     from policy.presets import preset_for
 
     preset = preset_for("tiny-qwen", "infigui-g1", variant="no_think")
+    space, fmt = preset.space((224, 224)), get_format("infigui-g1")
     broken, fine = '[{"point_2d": [14, 14]}, {"point_2d": [84, 14]}, {', '[{"point_2d": [14, 14]}]'
-    assert (well_formed(broken, preset), well_formed(fine, preset)) == (False, True)
-    assert well_formed(broken, preset_for("tiny-qwen", "gui-r1"))  # other families: their parser decides
+    assert len(fmt.parse(broken, space, preset).actions) == 2  # the run-time parser reads the complete items
+    with pytest.raises(FormatParseError, match="never closed"):
+        fmt.strict_parse(broken, space, preset)
+    assert fmt.strict_parse(fine, space, preset).actions == fmt.parse(fine, space, preset).actions
     rewards = score_infigui_answers([Sample(text=t, finish_reason="stop") for t in (broken, fine)])
     assert [r for r, _ in rewards] == [-1.0, 0.0]
 
 
 def test_the_guir1_step_reward_is_gui_r1s_weighting_of_the_verifiers_verdict():
-    """data.reward guir1 online: 0.2 x format (one action) + 0.8 x the first action right, worked by hand, against
-    AEPO's reward of the same answers through the actor's scoring."""
-    from agent.online import step_reward
+    """data.reward guir1 online through the actor's scoring: 0.2 x format (one action) + 0.8 x the first action
+    right, worked by hand, against AEPO's reward of the same answers (the rules alone are checked in
+    tests/train/test_step_rewards.py).
+    The rule comes from the reward registry; a reward without an online form is an OnlineError that says why."""
     from agent.online.actors import step_rule
     from policy.backends.base import Sample
 
-    assert step_reward(None, rule="guir1") == (0.0, {"format": 0.0, "accuracy": 0.0, "correct": 0.0, "answers": 0.0})
-    assert step_reward([True], rule="guir1") == (1.0, {"format": 1.0, "accuracy": 1.0, "correct": 1.0, "answers": 1.0})
-    assert step_reward([False], rule="guir1")[0] == pytest.approx(0.2)
-    assert step_reward([True, False], rule="guir1")[0] == pytest.approx(0.8)  # right first point, not one action
-    assert step_reward([False, True], rule="guir1") == (0.0, {"format": 0.0, "accuracy": 0.0, "correct": 0.0,
-                                                               "answers": 2.0})
-    assert step_reward([], rule="guir1")[0] == 0.0
-    with pytest.raises(ValueError, match="rule must be"):
-        step_reward([True], rule="distance")
-    assert [step_rule(r) for r in ("aepo", "aepo_paper", "guir1", "guir1_paper")] == ["aepo", "aepo", "guir1", "guir1"]
-    with pytest.raises(OnlineError, match="data.reward='distance' cannot score online answers"):
+    assert [step_rule(r) for r in ("aepo", "aepo_paper", "aepo_no_collinear", "guir1", "guir1_paper")] == [
+        StepRule.AEPO, StepRule.AEPO, StepRule.AEPO_NO_COLLINEAR, StepRule.GUIR1, StepRule.GUIR1]
+    with pytest.raises(OnlineError, match="data.reward='distance' cannot score online answers: the step verifier"):
         step_rule("distance")
+    with pytest.raises(OnlineError, match="unknown reward 'aepoo'.*did you mean 'aepo'"):
+        step_rule("aepoo")
 
     left, right = '{"point_2d": [14, 14]}', '{"point_2d": [200, 14]}'
     texts = [f"[{left}]", f"[{right}]", f"[{left}, {right}]", f"[{right}, {left}]", f"[{left}, {{"]
     samples = [Sample(text=t, finish_reason="stop") for t in texts] + [Sample(text=f"[{left}]", finish_reason="length")]
-    guir1 = [r for r, _ in score_infigui_answers(samples, "guir1", left_is_right=True)]
+    guir1 = [r for r, _ in score_infigui_answers(samples, StepRule.GUIR1, left_is_right=True)]
     assert guir1 == pytest.approx([1.0, 0.2, 0.8, 0.0, 0.0, 0.0])
-    aepo = [r for r, _ in score_infigui_answers(samples, "aepo", left_is_right=True)]
+    aepo = [r for r, _ in score_infigui_answers(samples, StepRule.AEPO, left_is_right=True)]
     assert aepo == pytest.approx([2.0, 0.0, 1 + 1 / 2 ** 0.5, 1.5, -1.0, -1.0])  # 1 + 1/sqrt(N k)
 
 
+def test_the_learners_trainer_holds_the_configured_reward_never_a_stand_in(tmp_path):
+    """The actors score the samples; the trainer still holds data.reward's offline form (the registry's), so a prompt
+    it would score gets that reward, and one it cannot score is a counted failure, not a silent 0."""
+    from train.curriculum import FAILED_PART
+    from train.data import RewardAdapter
+    from train.samples import RolloutPrompt
+
+    session = OnlineSession(config(tmp_path / "run", 'data.reward="guir1"'), online(devices=1))
+    session._setup()
+    reward = session.trainer.reward_fn
+    assert isinstance(reward, RewardAdapter) and reward.name == "guir1"
+    target = {"instruction": "x", "box": (10.0, 10.0, 50.0, 30.0), "point": None, "action": "click", "text": None}
+    right = "<think>t</think> <answer>[{'action': 'click', 'point': [20, 20], 'input_text': 'no input text'}]</answer>"
+    assert reward(RolloutPrompt([], None, (64, 64), target, {"id": "p"}), right).total == pytest.approx(1.0)
+    task = reward(RolloutPrompt([], None, (64, 64), None, {"id": "task"}), right)  # an online task has no target
+    assert task.parts[FAILED_PART] == 1.0 and reward.failures == 1
+
+
 def test_a_reward_without_an_online_form_is_refused_before_anything_starts(tmp_path):
-    with pytest.raises(OnlineError, match="use one of aepo, aepo_paper, guir1, guir1_paper"):
+    with pytest.raises(OnlineError, match="use one of aepo, aepo_paper, aepo_no_collinear, guir1, guir1_paper"):
         OnlineSession(config(tmp_path / "run", 'data.reward="distance"'), online())
     assert not (tmp_path / "run").exists()
     session = OnlineSession(config(tmp_path / "ok", 'data.reward="guir1"'), online())
-    assert session.step_rule == "guir1"
+    assert session.step_rule is StepRule.GUIR1

@@ -26,6 +26,7 @@ from train.config import RLConfig, TrainModelConfig
 from train.errors import TransportClosed
 from train.messages import GroupMessage
 from train.samples import TrainSample
+from train.step_rewards import StepRule
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
@@ -178,7 +179,7 @@ def test_a_session_builds_its_replay_from_its_settings(demos):
     assert on.mix(answers(correct=1.0), room=True)[-1].response_ids == (1, 2, 5)  # hard: replayed, end-of-turn last
     assert on.mix(answers(correct=1.0), room=True)[-1].reward == DEMO_STEP_REWARD  # AEPO's 1 + 1/sqrt(1 x 1) = 2
     guir1 = session_replay(OnlineConfig(env="generated/click", demos=str(demos), demo_share=0.5), backend,
-                           SimpleNamespace(hard={TASK: 1}), right=1.0)  # GUI-R1's right single answer
+                           SimpleNamespace(hard={TASK: 1}), rule=StepRule.GUIR1)  # GUI-R1's right single answer
     assert guir1.mix(answers(correct=1.0), room=True)[-1].reward == 1.0
 
 

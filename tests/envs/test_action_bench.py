@@ -1,5 +1,6 @@
 """envs.action_bench: GUI-R1's action-benchmark files read as released (Parquet, and JSONL with images), its
-metrics as pure functions worked out by hand, and answers mapped to the benchmarks' action names."""
+metrics as pure functions worked out by hand, and answers mapped to the benchmarks' action names
+(a GUI-R1 model's raw output, read as the released scripts read it, is its format's: tests/policy/formats/test_guir1.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from devices.actions import Action, ActionKind, Point
 from envs.action_bench.benchmarks import BENCHMARKS, benchmark, infer_benchmark
-from envs.action_bench.mapping import from_action, read_guir1_answer
+from envs.action_bench.mapping import from_action
 from envs.action_bench.metrics import Counts, grounding_hit, score_step, scores, token_f1
 from envs.action_bench.records import decode_image, iter_images, load_actions
 from envs.errors import EnvError
@@ -122,16 +123,3 @@ def test_unified_actions_map_to_the_benchmarks_names() -> None:
     assert from_action(None, parse_error="no JSON").parse_error == "no JSON"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("<think>t</think><answer>[{'action': 'click', 'point': [100, 50], 'input_text': 'no input text'}]</answer>",
-     ("click", (0.5, 0.5), "no input text")),
-    # a name handeye cannot execute is still read, as the released scripts read it
-    ("<answer>[{'action': 'press_recent', 'point': [-100, -100], 'input_text': 'no input text'}]</answer>",
-     ("press_recent", (0.0, 0.0), "no input text")),
-    ("<answer>[{'action': 'type', 'point': [-100, -100], 'input_text': 'shanghai mall'}]</answer>",
-     ("type", (0.0, 0.0), "shanghai mall")),
-    ("no answer at all", (None, None, "no input text")),
-])
-def test_guir1_outputs_are_read_as_the_released_scripts_read_them(text: str, expected: tuple) -> None:
-    p = read_guir1_answer(text, (200, 100))
-    assert (p.action, p.point, p.text) == expected

@@ -427,7 +427,7 @@ def test_an_image_cut_off_after_its_header_is_a_rejected_sample_not_a_crash(scre
 
 
 def test_a_policy_error_surfaces_as_itself_not_in_a_group(pro: Path) -> None:
-    from policy.backends.base import BackendError
+    from policy.errors import BackendError
 
     with pytest.raises(BackendError, match="server down"):
         asyncio.run(evaluate_grounding(all_samples(pro), FixedPolicy(BackendError("server down"))))

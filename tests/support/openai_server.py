@@ -53,7 +53,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from policy.backends.base import BackendError, GenerationRequest
+from policy.backends.base import GenerationRequest
+from policy.errors import BackendError
 from policy.presets import Decoding, ModelPreset, preset_for
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from devices.base import Observation
 from envs.generated.layout import ScreenParams, TaskKind, generate
 from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import RunWriter
+from policy.formats import AnswerForm
 from policy.model import ModelPolicy
 from tests.conftest import descendants
 from policy.presets import preset_for
@@ -30,7 +31,6 @@ from train.data import (
     PromptSampler,
     PromptSourceError,
     TrajectorySource,
-    guir1_ground_truth,
     reward_fn,
 )
 from train.learner import RolloutPrompt
@@ -322,12 +322,20 @@ def test_a_raising_reward_is_counted_logged_once_and_marked_failed(caplog):
     assert caplog.text.count("x1 <= x2") == 1 and "TypeError" in caplog.text
 
 
-def test_point_list_reward_on_another_family_warns_once(caplog):
+def test_a_reward_on_a_prompt_whose_answers_it_cannot_read_warns_once(caplog):
+    """The prompt's family writes another answer form (``ModelFormat.answer_form``) than the reward reads."""
     adapter = reward_fn("aepo")
     with caplog.at_level(logging.WARNING, logger="train.data"):
         for _ in range(2):
-            adapter(grounding_prompt(family="gui-r1"), points((20, 20)))
-    assert caplog.text.count("reads InfiGUI-G1 point lists") == 1
+            adapter(grounding_prompt(family="gui-r1", answer_form=AnswerForm.ACTION_LIST), points((20, 20)))
+            adapter(grounding_prompt(answer_form=AnswerForm.POINT_LIST), points((20, 20)))
+    assert caplog.text.count("reads point_list answers, but the prompt is gui-r1's, whose answers are action_list") == 1
+    assert caplog.text.count("reads") == 1  # InfiGUI-G1's point lists are what it reads: no warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="train.data"):
+        reward_fn("guir1")(grounding_prompt(family="qwen2.5-vl", answer_form=AnswerForm.TOOL_CALL), "<answer></answer>")
+    assert "reward 'guir1' reads action_list answers, but the prompt is qwen2.5-vl's, whose answers are tool_call" \
+        in caplog.text
 
 
 # -- trajectories ---------------------------------------------------------------------------------------------------
@@ -396,15 +404,6 @@ def test_trajectory_human_demos_count_and_empty_runs_fail(tmp_path):
     record_episode(empty, [(Action(ActionKind.CLICK, point=Point(0.1, 0.1)), None)], Outcome.SUCCESS)
     with pytest.raises(PromptSourceError, match="no usable step.*no_target_box: 1"):
         TrajectorySource(tmp_path / "other" / "e")
-
-
-def test_guir1_ground_truth_names():
-    assert guir1_ground_truth(Action(ActionKind.LONG_PRESS, point=Point(0, 0))) == ("long_press", None)
-    assert guir1_ground_truth(Action(ActionKind.KEY, keys=("Enter",))) == ("enter", None)
-    assert guir1_ground_truth(Action(ActionKind.KEY, keys=("Tab",))) == ("press_tab", None)
-    assert guir1_ground_truth(Action(ActionKind.HOTKEY, keys=("Control", "c"))) == ("hotkey", "control c")
-    assert guir1_ground_truth(Action(ActionKind.FINISH)) == ("complete", None)
-    assert guir1_ground_truth(Action(ActionKind.OPEN_URL, text="https://x")) is None
 
 
 # -- generated screens, live in Chromium ----------------------------------------------------------------------------

@@ -150,9 +150,11 @@ def test_a_raising_reward_is_counted_and_skipped(tmp_path, data_file):
     assert all(r["train/samples"] <= 4 for r in rows if "train/samples" in r)
 
 
-def test_run_stream_trains_on_scored_sample_files(tmp_path, data_file):
+def test_run_stream_trains_on_scored_sample_files(tmp_path, data_file, monkeypatch):
+    from train.data import RewardAdapter
     from train.learner import rollout_groups
     from train.samples import write_jsonl
+    from train.trainer import Trainer
 
     cfg = config(tmp_path / "gen", data_file)
     backend = build_backend(cfg)
@@ -162,9 +164,14 @@ def test_run_stream_trains_on_scored_sample_files(tmp_path, data_file):
     write_jsonl(path, [s for g in groups for s in g])
     with path.open("a") as f:
         f.write("{broken\n")
+    rewards = []
+    run_stream = Trainer.run_stream
+    monkeypatch.setattr(Trainer, "run_stream", lambda self, g: rewards.append(self.reward_fn) or run_stream(self, g))
     result = run_from_config(config(tmp_path / "stream", data_file, "data.source=samples", f'data.path="{path}"',
                                     "train.steps=5", "filter.drop_all_correct=false"))
     assert result.steps == 2  # 4 groups, 2 per update: the stream ends after 2 updates
+    # the samples come scored, and the trainer holds the config's reward all the same (no stand-in 0)
+    assert [(type(r), r.name) for r in rewards] == [(RewardAdapter, "aepo")]
     assert any("1 bad sample rows skipped" in w for w in result.warnings)
 
 

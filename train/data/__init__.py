@@ -17,7 +17,8 @@ ground truth in the model's coordinate space) and a stable ``origin["id"]``. Mod
 - ``reward_adapter``: ``reward_fn(name, ...)``, the ``reward_fn(prompt, text)`` of ``rollout_groups``: the named
   reward (``train.reward_registry``) applied to ``prompt.target``, plus the part ``"correct"``; a reward that raises
   marks its sample failed instead of stopping training;
-- ``answers``: ``answer_text``, the answer a supervised example teaches for a prompt.
+- ``answers``: ``answer_text``, the answer a supervised example teaches for a prompt (written by the family's
+  format, ``policy.formats``).
 
 Sources that cannot produce any prompt raise ``PromptSourceError``; one item that cannot be made now is a
 ``BadItem``, skipped and counted by the sampler (both in ``train.errors``).
@@ -31,11 +32,11 @@ from train.data.grounding import GroundingSource
 from train.data.prompts import PromptSource, Skipped, Target, build_prompt, skip_counts
 from train.data.reward_adapter import RewardAdapter, reward_fn
 from train.data.sampler import PromptSampler
-from train.data.trajectories import TrajectorySource, guir1_ground_truth
+from train.data.trajectories import TrajectorySource
 from train.errors import BadItem, PromptSourceError
 
 __all__ = [
     "ActionSource", "BadItem", "ConcatSource", "GeneratedSource", "GroundingSource", "PromptSampler", "PromptSource",
     "PromptSourceError", "RewardAdapter", "Skipped", "Subset", "Target", "TrajectorySource", "answer_text",
-    "build_prompt", "guir1_ground_truth", "reward_fn", "skip_counts",
+    "build_prompt", "reward_fn", "skip_counts",
 ]

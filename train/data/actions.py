@@ -20,7 +20,7 @@ from pathlib import Path
 from envs.action_bench.records import ActionRecord, decode_image, load_actions, read_image
 from envs.errors import EnvError
 from policy.base import HistoryEntry
-from policy.presets import ModelPreset
+from policy.presets import STEP_FAMILY, ModelPreset
 from train.data.prompts import ListedItems, Skipped, build_prompt, make_target, resolve_preset
 from train.errors import BadItem, PromptSourceError
 from train.samples import RolloutPrompt
@@ -33,7 +33,7 @@ __all__ = ["ActionSource"]
 class ActionSource(ListedItems):
     """Step prompts from action records (see the module docstring)."""
 
-    def __init__(self, path: str | Path, *, preset: ModelPreset | str = "gui-r1", need_box: bool = False) -> None:
+    def __init__(self, path: str | Path, *, preset: ModelPreset | str = STEP_FAMILY, need_box: bool = False) -> None:
         self.path = Path(path)
         self.preset = resolve_preset(preset)
         self.name = f"actions:{self.path.name}"

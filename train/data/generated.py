@@ -14,7 +14,7 @@ from typing import Any
 
 from devices.errors import DeviceError
 from envs.errors import EnvError
-from policy.presets import ModelPreset
+from policy.presets import GROUNDING_FAMILY, ModelPreset
 from train.data.background import BackgroundLoop
 from train.data.prompts import Skipped, build_prompt, make_target, resolve_preset
 from train.errors import BadItem, PromptSourceError
@@ -40,7 +40,7 @@ class GeneratedSource:
         timeout_s: the longest one screen may take to render.
     """
 
-    def __init__(self, seeds: Iterable[int], params: Any = None, *, preset: ModelPreset | str = "infigui-g1",
+    def __init__(self, seeds: Iterable[int], params: Any = None, *, preset: ModelPreset | str = GROUNDING_FAMILY,
                  timeout_s: float = 60.0) -> None:
         from envs.generated.layout import ScreenParams
 

@@ -30,7 +30,7 @@ from devices.base import Box
 from devices.bounded_json import loads_bounded, read_bounded
 from envs.errors import EnvError
 from envs.grounding import GroundingSample, RejectKind, image_size, load_grounding, read_rgb
-from policy.presets import ModelPreset
+from policy.presets import GROUNDING_FAMILY, ModelPreset
 from train.data.prompts import ListedItems, Skipped, build_prompt, make_target, resolve_preset
 from train.errors import BadItem, BadRow, PromptSourceError
 from train.samples import RolloutPrompt
@@ -136,7 +136,7 @@ class GroundingSource(ListedItems):
         language: ScreenSpot-Pro's instruction language ("en" or "cn").
     """
 
-    def __init__(self, path: str | Path, *, preset: ModelPreset | str = "infigui-g1",
+    def __init__(self, path: str | Path, *, preset: ModelPreset | str = GROUNDING_FAMILY,
                  image_dir: str | Path | None = None, language: str = "en") -> None:
         self.path = Path(path)
         self.preset = resolve_preset(preset)

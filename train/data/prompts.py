@@ -14,9 +14,11 @@ families, the 0-1000 grid for relative ones), made by ``make_target``:
     action       the GUI-R1 action name of the ground truth: click, type, scroll, impossible, ...
     text         the ground-truth input text (typed text, scroll direction, app name), or None
     negative     True when the target is absent
-    think        whether the preset's prompt asks for a think block (InfiGUI-G1's no_think variant: False)
+    think        whether the preset's prompt asks for a think block (``ModelFormat.thinks``: GUI-R1 and InfiGUI-G1's
+                 think variant)
     coord_size   (w, h) of the model's coordinate space (the distance reward's diagonal)
     family       the preset's model family, whose prompt this is
+    answer_form  what its answers look like (``ModelFormat.answer_form``), which a reward checks it can read
     answer       (recorded steps only) the recorded action written in the family's output format, what SFT teaches
                  (``train.data.answers``)
 
@@ -35,7 +37,7 @@ import numpy as np
 from devices.base import Box
 from policy.base import HistoryEntry
 from policy.coords import ModelSpace
-from policy.formats import get_format
+from policy.formats import AnswerForm, get_format
 from policy.model import resize_for_model
 from policy.presets import ModelPreset, preset_for
 from train.samples import RolloutPrompt
@@ -56,6 +58,7 @@ class Target(TypedDict, total=False):
     think: bool
     coord_size: tuple[float, float]
     family: str
+    answer_form: AnswerForm
     answer: str
 
 
@@ -146,8 +149,8 @@ def build_prompt(preset: ModelPreset, instruction: str, frame: np.ndarray, *,
 
 
 def think_enabled(preset: ModelPreset) -> bool:
-    """Whether the preset's prompt asks for a think block (all but InfiGUI-G1's no_think variant)."""
-    return not (preset.family == "infigui-g1" and preset.variant == "no_think")
+    """Whether the preset's prompt asks for a think block (its format says: ``ModelFormat.thinks``)."""
+    return get_format(preset.family).thinks(preset)
 
 
 def _scaled_box(box: Box | tuple[float, float, float, float], space: ModelSpace) -> tuple[float, float, float, float]:
@@ -170,4 +173,5 @@ def make_target(preset: ModelPreset, space: ModelSpace, instruction: str,
         model_point = None
     return Target(instruction=instruction, box=box, point=model_point, action=action, text=text,
                   negative=norm_box is None and action == "impossible", think=think_enabled(preset),
-                  coord_size=(sx, sy), family=preset.family)
+                  coord_size=(sx, sy), family=preset.family,
+                  answer_form=get_format(preset.family).answer_form(preset))

@@ -71,9 +71,10 @@ class RewardAdapter:
             target = prompt.target
             if not isinstance(target, Mapping):
                 raise TypeError(f"prompt.target must be a Target dict, got {type(target).__name__}")
-            if self.spec.reads_point_list and target.get("family", "infigui-g1") != "infigui-g1":
-                self._log_once(f"reward {self.name!r} reads InfiGUI-G1 point lists, but the prompt is "
-                               f"{target.get('family')!r}'s")
+            form = target.get("answer_form")
+            if form is not None and form is not self.spec.reads:
+                self._log_once(f"reward {self.name!r} reads {self.spec.reads.value} answers, but the prompt is "
+                               f"{target.get('family')}'s, whose answers are {form.value}")
             threshold = self.threshold() if self.spec.needs_threshold else None
             result = self.spec.score(target, text, think=self.think_for(target), threshold=threshold)
             correct = self.spec.correct(result)

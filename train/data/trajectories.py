@@ -2,8 +2,9 @@
 
 ``TrajectorySource(run_dir, preset="gui-r1")`` turns recorded steps with a target box into step samples: the
 family's prompt with the episode's task and the steps before it as history, the ground truth being the recorded
-action (its GUI-R1 name from ``guir1_ground_truth``, box, point and text). Only steps of successful episodes (or of
-human demonstrations that were not aborted) count by default; every step left out is counted with its reason.
+action (its GUI-R1 name from ``policy.formats.guir1_prompts.action_name``, box, point and text). Only steps of
+successful episodes (or of human demonstrations that were not aborted) count by default; every step left out is
+counted with its reason.
 
 Each step's target also carries ``"answer"``: the recorded action written in the family's output format
 (``train.data.answers.answer_for_action``), which is what SFT teaches. With ``sft=True`` (``agent train --stage
@@ -21,52 +22,22 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from devices.actions import TERMINAL_KINDS, Action, ActionKind
+from devices.actions import TERMINAL_KINDS, Action
 from devices.errors import DeviceError, InvalidAction
 from envs.errors import RecordFormatError
 from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import Episode, read_episode
 from policy.base import HistoryEntry
-from policy.formats.guir1 import KEY_ACTIONS, PLAIN, POINTED
-from policy.presets import ModelPreset
-from train.data.answers import UnwritableAction, answer_for_action
-from train.data.prompts import (ListedItems, Skipped, build_prompt, make_target, resolve_preset, skip_counts,
-                                think_enabled)
-from train.errors import BadItem, PromptSourceError
+from policy.formats.guir1_prompts import action_name
+from policy.presets import STEP_FAMILY, ModelPreset
+from train.data.answers import answer_for_action
+from train.data.prompts import ListedItems, Skipped, build_prompt, make_target, resolve_preset, skip_counts
+from train.errors import BadItem, PromptSourceError, UnwritableAction
 from train.samples import RolloutPrompt
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrajectorySource", "guir1_ground_truth"]
-
-_KIND_TO_GUIR1 = {kind: name for name, kind in {**POINTED, **PLAIN}.items()}
-_KEY_TO_GUIR1 = {key: name for name, key in KEY_ACTIONS.items() if name not in ("press_enter",)}
-
-
-def guir1_ground_truth(action: Action) -> tuple[str, str | None] | None:
-    """(GUI-R1 action name, ground-truth text) of a unified action; None when GUI-R1 has no such action (drag,
-    open_url). Text: typed text, app name, scroll direction, hotkey keys; None for the others."""
-    kind = action.kind
-    if kind in _KIND_TO_GUIR1:
-        return _KIND_TO_GUIR1[kind], None
-    if kind is ActionKind.TYPE:
-        return "type", action.text
-    if kind is ActionKind.OPEN_APP:
-        return "open_app", action.text
-    if kind is ActionKind.SCROLL:
-        return "scroll", action.direction.value if action.direction else None
-    if kind is ActionKind.INFEASIBLE:
-        return "impossible", None
-    if kind is ActionKind.KEY:
-        key = action.keys[0]
-        if key == "Escape":
-            return "close/delete", None
-        if key in _KEY_TO_GUIR1:
-            return _KEY_TO_GUIR1[key], None
-        return "hotkey", key.lower()
-    if kind is ActionKind.HOTKEY:
-        return "hotkey", " ".join(k.lower() for k in action.keys)
-    return None
+__all__ = ["TrajectorySource"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +88,7 @@ class TrajectorySource(ListedItems):
             the GUI-R1-style step samples a reward can score (a target box and a GUI-R1 action).
     """
 
-    def __init__(self, run_dir: str | Path, *, preset: ModelPreset | str = "gui-r1",
+    def __init__(self, run_dir: str | Path, *, preset: ModelPreset | str = STEP_FAMILY,
                  only_successful: bool = True, sft: bool = False) -> None:
         self.run_dir = Path(run_dir)
         if not self.run_dir.is_dir():
@@ -163,7 +134,7 @@ class TrajectorySource(ListedItems):
                 self.skipped.append(Skipped(step.step_id, *reason))
             else:
                 assert action is not None
-                gt = guir1_ground_truth(action) or (action.kind.value, action.text)
+                gt = action_name(action) or (action.kind.value, action.text)
                 self._items.append(_StepItem(step.step_id, episode, step, tuple(history), episode.record.task,
                                              action, gt[0], gt[1], answer))
             history.append(HistoryEntry(action, step.raw_output, executed=step.executed and action is not None))
@@ -173,8 +144,7 @@ class TrajectorySource(ListedItems):
         """(the step's answer in the family's format, None when it cannot be written; why the step is left out)."""
         try:
             answer = answer_for_action(self.preset, self.preset.space(step.frame_size), action,
-                                       instruction=episode.record.task, box=step.target_box, history=history,
-                                       think=think_enabled(self.preset))
+                                       instruction=episode.record.task, box=step.target_box, history=history)
         except UnwritableAction as e:
             return None, (("unwritable", str(e)) if self.sft else None)
         return answer, None
@@ -189,7 +159,7 @@ class TrajectorySource(ListedItems):
             return "no_action", "the step has no valid action"
         if not step.executed and action.kind not in TERMINAL_KINDS:
             return "not_executed", "the action was not performed (refused, or the device could not do it)"
-        if guir1_ground_truth(action) is None and not self.sft:
+        if action_name(action) is None and not self.sft:
             return "no_guir1_action", f"GUI-R1 has no action for {action.kind.value}"
         if step.sensitive:
             return "sensitive", "typed text went into a password field and is masked"

@@ -17,9 +17,10 @@ from agent.errors import OnlineError
 from agent.fleet.keys import sign, verify
 from agent.fleet.versions import VersionServer, fetch_version
 from agent.online.versions import AdapterFollower, VersionClock
-from policy.backends.base import BackendError
 from policy.backends.swap import unique_state
+from policy.errors import BackendError
 from train.adapters import AdapterStore, VersionKind
+from train.step_rewards import StepRule
 from train.wire import decode_message, encode_message
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -98,6 +99,6 @@ def test_an_actor_takes_its_step_reward_from_data_reward_and_refuses_one_without
         return FleetActor(config, ActorOptions(name="a1", env="generated/click"), BrokerConfig("127.0.0.1"),
                           b"k" * 32)
 
-    assert actor("guir1_paper").step_rule == "guir1" and actor("aepo").step_rule == "aepo"
+    assert actor("guir1_paper").step_rule is StepRule.GUIR1 and actor("aepo").step_rule is StepRule.AEPO
     with pytest.raises(OnlineError, match="data.reward='distance' cannot score online answers"):
         actor("distance")

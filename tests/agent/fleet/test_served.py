@@ -14,7 +14,7 @@ import pytest
 from agent.fleet.served import ServedAdapters, load_served
 from agent.online.versions import AdapterFollower, VersionClock
 from devices.base import Observation
-from policy.backends.base import BackendError
+from policy.errors import BackendError
 from policy.model import ModelPolicy
 from policy.presets import Decoding, preset_for
 from tests.support.openai_server import OpenAICompatServer

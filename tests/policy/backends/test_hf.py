@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from devices.actions import ActionKind, Point
-from policy.backends.base import BackendError, GenerationRequest
+from policy.backends.base import GenerationRequest
 from policy.backends.hf import ForceTextLogitsProcessor, TransformersBackend
+from policy.errors import BackendError
 from policy.formats import get_format
 from policy.presets import Decoding, preset_for
 from policy.tiny import build_tiny_qwen25vl

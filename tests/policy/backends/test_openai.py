@@ -28,8 +28,9 @@ import pytest
 
 from devices.actions import ActionKind, Point
 from devices.base import Observation
-from policy.backends.base import BackendError, GenerationRequest
+from policy.backends.base import GenerationRequest
 from policy.backends.openai import OpenAIBackend
+from policy.errors import BackendError
 from policy.model import ModelPolicy
 from policy.presets import Decoding, preset_for
 from tests.support.openai_server import OpenAICompatServer

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from policy.backends.base import BackendError, GenerationRequest
+from policy.backends.base import GenerationRequest
 from policy.backends.swap import SwapPlan, copy_in, read_header, unique_state
+from policy.errors import BackendError
 from policy.presets import Decoding, preset_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

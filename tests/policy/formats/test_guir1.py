@@ -17,7 +17,9 @@ from devices.actions import Action, ActionKind, Point
 from policy.base import HistoryEntry
 from policy.errors import CoordinateError, FormatParseError
 from policy.formats import get_format
-from policy.formats.guir1 import ACTION_LISTS, ALL_ACTIONS, GuiR1Format, action_list
+from policy.formats.guir1 import GuiR1Format
+from policy.formats.guir1_prompts import (ACTION_LISTS, ALL_ACTIONS, action_list, action_name,
+                                          read_released)
 from policy.presets import PRESETS
 from tests.policy.reference import GOLDEN_SIZES, reference_input_size
 
@@ -322,3 +324,35 @@ def test_answer_is_never_evaluated():
     with pytest.raises(FormatParseError, match="not a Python literal"):
         FMT.parse(text, SPACE, PRESET)
     assert ast.literal_eval("[{'a': 1}]")  # the grammar is Python literals
+
+
+# -- GUI-R1's names of unified actions, and the released benchmark reader -----------------------------
+
+
+def test_a_unified_action_has_its_guir1_name_and_text():
+    assert action_name(Action(ActionKind.LONG_PRESS, point=Point(0, 0))) == ("long_press", None)
+    assert action_name(Action(ActionKind.KEY, keys=("Enter",))) == ("enter", None)
+    assert action_name(Action(ActionKind.KEY, keys=("Tab",))) == ("press_tab", None)
+    assert action_name(Action(ActionKind.HOTKEY, keys=("Control", "c"))) == ("hotkey", "control c")
+    assert action_name(Action(ActionKind.FINISH)) == ("complete", None)
+    assert action_name(Action(ActionKind.OPEN_URL, text="https://x")) is None
+    assert action_name(Action(ActionKind.KEY, keys=("Enter",)), ACTION_LISTS["omniact-web"]) == ("press_enter", None)
+    assert action_name(Action(ActionKind.KEY, keys=("Escape",))) == ("close/delete", None)
+    assert action_name(Action(ActionKind.SCROLL, direction="up")) == ("scroll", "up")
+    assert action_name(Action(ActionKind.TYPE, text="hi")) == ("type", "hi")
+    assert action_name(Action(ActionKind.INFEASIBLE, text="no")) == ("impossible", None)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<think>t</think><answer>[{'action': 'click', 'point': [100, 50], 'input_text': 'no input text'}]</answer>",
+     ("click", (0.5, 0.5), "no input text")),
+    # a name handeye cannot execute is still read, as the released scripts read it
+    ("<answer>[{'action': 'press_recent', 'point': [-100, -100], 'input_text': 'no input text'}]</answer>",
+     ("press_recent", (0.0, 0.0), "no input text")),
+    ("<answer>[{'action': 'type', 'point': [-100, -100], 'input_text': 'shanghai mall'}]</answer>",
+     ("type", (0.0, 0.0), "shanghai mall")),
+    ("no answer at all", (None, None, "no input text")),
+])
+def test_guir1_outputs_are_read_as_the_released_scripts_read_them(text: str, expected: tuple) -> None:
+    p = read_released(text, (200, 100))
+    assert (p.action, p.point, p.text) == expected

@@ -183,10 +183,26 @@ def test_drag_and_pointless_click_use_history_cursor() -> None:
     assert drag.point == P(50, 60) and drag.end == P(300, 400)
     click = parse(call("left_click"), history=history).actions[0]
     assert click == Action(ActionKind.CLICK, P(50, 60))
-    # without an explicit history, the one given to the latest build_prompt is used
+
+
+def test_two_interleaved_episodes_sharing_one_format_each_see_only_their_own_cursor() -> None:
+    """Every actor of a session shares one format instance: the cursor is read from the history each parse is given,
+    so episode B, prompted after A, never clicks or drags from A's cursor (nor A from B's)."""
     fmt = Qwen25VLFormat()
-    fmt.build_prompt("t", history, SPACE, COMPUTER)
-    assert fmt.parse(call("left_click"), SPACE, COMPUTER).actions[0].point == P(50, 60)
+    a_history = [HistoryEntry(Action(ActionKind.CLICK, P(50, 60)))]
+    b_history = [HistoryEntry(Action(ActionKind.HOVER, P(700, 500)))]
+    fmt.build_prompt("a", a_history, SPACE, COMPUTER)
+    fmt.build_prompt("b", (), SPACE, COMPUTER)  # B's first step: no cursor yet
+    with pytest.raises(FormatParseError, match="no earlier cursor position"):
+        fmt.parse(call("left_click"), SPACE, COMPUTER, history=())
+    assert fmt.parse(call("left_click"), SPACE, COMPUTER, history=a_history).actions[0].point == P(50, 60)
+    fmt.build_prompt("b", b_history, SPACE, COMPUTER)
+    fmt.build_prompt("a", a_history, SPACE, COMPUTER)  # A prompted last: B still drags from its own cursor
+    drag = fmt.parse(call("left_click_drag", coordinate=[300, 400]), SPACE, COMPUTER, history=b_history).actions[0]
+    assert drag.point == P(700, 500) and drag.end == P(300, 400)
+    # a parse given no history knows no cursor, whatever was prompted before it
+    with pytest.raises(FormatParseError, match="no earlier cursor position"):
+        fmt.parse(call("left_click"), SPACE, COMPUTER)
 
 
 # -- mobile_use table -----------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ import pytest
 
 from envs.records import Outcome
 from envs.trajectory import read_episode
-from policy.backends.base import BackendError, Generation, GenerationRequest, Sample
+from policy.backends.base import Generation, GenerationRequest, Sample
 from policy.backends.openai import OpenAIBackend
+from policy.errors import BackendError
 from tests.conftest import REPO
 from tests.support.openai_server import OpenAICompatServer
 from tests.support import procs
