@@ -346,18 +346,13 @@ def misplaced_errors(root: Path = REPO, excused: frozenset[str] = frozenset()) -
     return out
 
 
-MOVED_ON_ANOTHER_BRANCH = frozenset({"BackendError", "JsonError", "UnwritableAction"})
-"""Issue 24 moves these into policy/errors.py and train/errors.py, and draws them there, on another branch; whoever
-merges both empties this set."""
-
-
 def test_every_exception_is_in_its_packages_errors_py_and_drawn_in_its_tree():
-    assert misplaced_errors(excused=MOVED_ON_ANOTHER_BRANCH) == []
+    assert misplaced_errors() == []
 
 
 def test_docs_errors_md_draws_every_exception_class():
     page = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
-    public = {name for name in exception_classes() if not name.startswith("_")} - MOVED_ON_ANOTHER_BRANCH
+    public = {name for name in exception_classes() if not name.startswith("_")}
     assert sorted(name for name in public if not re.search(rf"[├└]── {name}\b|\.{name}\b", page)) == []
 
 
