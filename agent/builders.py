@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from policy.base import Policy
     from policy.model import ModelPolicy
 
-def build_policy(cfg: Config) -> Policy:
+def build_policy(cfg: Config, kind: str | None = None) -> Policy:
     """The policy ``cfg.policy.kind`` names: ``ocr`` (the default), ``scripted`` (``policy.script``, a JSON list of
-    actions), or ``transformers`` / ``openai`` (a model, see ``build_model_policy``).
+    actions), or ``transformers`` / ``openai`` (a model, see ``build_model_policy``) prompted for the screen of
+    device kind ``kind`` (default: the configured ``device.kind``).
 
     Raises ``PolicyUnavailable`` with what to give when the config does not say enough (no script, no model id, no
     server URL, an unset API key variable), or when the model or its preset cannot be loaded.
@@ -33,7 +34,7 @@ def build_policy(cfg: Config) -> Policy:
 
     if cfg.policy.kind in ("transformers", "openai"):
         try:
-            return build_model_policy(cfg)
+            return build_model_policy(cfg, kind)
         except (PolicyError, ValueError) as e:
             raise PolicyUnavailable(str(e)) from None
 
@@ -48,21 +49,24 @@ def build_policy(cfg: Config) -> Policy:
     return OcrPolicy(cfg.ocr)
 
 
-def build_model_policy(cfg: Config) -> ModelPolicy:
-    """A model policy: ``model.id``'s preset (prompts, resizing, parsing) with the backend ``policy.kind`` names,
+def build_model_policy(cfg: Config, kind: str | None = None) -> ModelPolicy:
+    """A model policy: ``model.id``'s preset (prompts, resizing, parsing; the prompt variant its family uses on the
+    screen of device kind ``kind``, default the configured ``device.kind``, unless ``model.variant`` says otherwise)
+    with the backend ``policy.kind`` names,
     ``transformers`` (the model loaded in this process, ``model.device`` / ``dtype`` / ``adapter``) or ``openai``
     (an OpenAI-compatible server at ``model.url``, its key read from the variable ``model.api_key_env``).
     ``model.samples`` answers are sampled per observation.
 
     The backend holds a model or an HTTP client: close it with ``close_policy`` when done.
     """
+    from devices.registry import device_kind
     from policy.errors import PolicyUnavailable
     from policy.model import ModelPolicy
 
     m = cfg.model
     if not m.id:
         raise PolicyUnavailable("say which model: --policy transformers:PATH_OR_ID, or --model ID with --policy openai:URL")
-    preset = m.preset()
+    preset = m.preset(device_kind(kind or cfg.device.kind).screen)
     if cfg.policy.kind == "transformers":
         from policy.backends.hf import TransformersBackend
 

@@ -27,13 +27,17 @@ from typing import Any
 from devices.actions import ActionKind
 from devices.errors import UnknownDeviceKind
 
-__all__ = ["DEFAULT_KIND", "KIND_MODULES", "DeviceKindSpec", "RecordOptions", "Requirement", "all_device_kinds", "command_version", "device_kind",
+__all__ = ["DEFAULT_KIND", "KIND_MODULES", "SCREENS", "DeviceKindSpec", "RecordOptions", "Requirement", "all_device_kinds", "command_version", "device_kind",
            "device_kinds", "parse_device", "register_kind"]
 
 DEFAULT_KIND = "web"
 """The device a command drives when none is named (a headless browser: no phone, display or GPU needed)."""
 KIND_MODULES = ("devices.web.kind", "devices.desktop.kind", "devices.android.kind")
 """Modules whose import registers a device kind, in the order commands list them."""
+
+
+SCREENS = ("computer", "phone")
+"""What a device kind's screens can be (``DeviceKindSpec.screen``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +100,18 @@ class DeviceKindSpec:
     OCR to tell an irreversible target."""
     start_hint: str = ""
     """What a task on it could be, for the message that asks for one (``agent run "..." --device NAME``)."""
+    screen: str = "computer"
+    """What its screens are, which picks the prompt variant a model family uses on it (``ModelFormat.screen_variants``
+    in ``policy.formats``): "computer" (a pointer and a keyboard: clicks, hotkeys, scrolling) or "phone" (touch:
+    taps, long presses, swipes, back, home, opening apps)."""
 
     def __post_init__(self) -> None:
         if bool(self.address) != bool(self.address_field):
             raise ValueError(f"device kind {self.name!r}: address and address_field go together")
         if self.address_field and self.address_field not in getattr(self.config, "__dataclass_fields__", {}):
             raise ValueError(f"device kind {self.name!r}: {self.config.__name__} has no field {self.address_field!r}")
+        if self.screen not in SCREENS:
+            raise ValueError(f"device kind {self.name!r}: screen {self.screen!r} is not one of {', '.join(SCREENS)}")
 
     def selector(self, address: str = "") -> str:
         """How ``--device`` writes this kind with ``address`` (``android:SERIAL``, or the name alone)."""

@@ -50,6 +50,11 @@ class ModelPolicy:
         self.n = n
         self.format = fmt or get_format(preset.family)
 
+    def with_preset(self, preset: ModelPreset) -> ModelPolicy:
+        """The same backend (one model in memory, one HTTP client) prompted and parsed with ``preset`` (another
+        variant: a phone's prompt beside a computer's)."""
+        return self if preset == self.preset else ModelPolicy(self.backend, preset, n=self.n)
+
     def describe(self) -> dict[str, Any]:
         p = self.preset
         return {"name": self.name, "model": p.model_id, "family": p.family, "version": p.version, "variant": p.variant,

@@ -64,8 +64,12 @@ class ModelSettings:
             out["max_pixels"] = self.max_pixels
         return out
 
-    def preset(self) -> Any:
-        """The resolved ``ModelPreset`` (registry entry or family defaults, with these overrides)."""
+    def preset(self, screen: str = "") -> Any:
+        """The resolved ``ModelPreset`` (registry entry or family defaults, with these overrides). ``screen`` (the
+        device kind's: "computer", "phone") picks the variant the family uses on it (``policy.formats.on_screen``),
+        unless ``variant`` is set: a phone gets the phone prompt, whose action space has back, home and apps."""
+        from policy.formats import on_screen
         from policy.presets import preset_for
 
-        return preset_for(self.id or self.format, self.format or None, **self.preset_overrides())
+        preset = preset_for(self.id or self.format, self.format or None, **self.preset_overrides())
+        return on_screen(preset, screen) if screen and not self.variant else preset

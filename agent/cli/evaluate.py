@@ -149,7 +149,25 @@ def _policy_factory(cfg: Any, kind: str) -> tuple[Callable[[Any], Any], Any]:
         ScriptedPolicy.from_file(cfg.policy.script)  # fail now, not in every episode
         return (lambda env: ScriptedPolicy.from_file(cfg.policy.script)), None
     shared = build_policy(cfg)  # one OCR engine or model for every episode
-    return (lambda env: shared), shared
+    from policy.model import ModelPolicy
+
+    if not isinstance(shared, ModelPolicy) or cfg.model.variant:
+        return (lambda env: shared), shared
+    from devices.registry import device_kind
+    from envs.registry import spec
+    from policy.formats import on_screen
+
+    by_kind: dict[str | None, Any] = {}
+
+    def on_its_screen(env: Any) -> Any:
+        """The shared model, prompted for the screen of the device the environment runs on (a phone's prompt on
+        Android, a computer's elsewhere)."""
+        kind = spec(env.name).device_kind
+        if kind not in by_kind:
+            by_kind[kind] = shared.with_preset(on_screen(shared.preset, device_kind(kind).screen)) if kind else shared
+        return by_kind[kind]
+
+    return on_its_screen, shared
 
 
 def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Callable[[Any], Any],

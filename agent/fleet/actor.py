@@ -169,6 +169,11 @@ class FleetActor:
             backend = build_backend(cfg)
             preset, load = backend.preset, load_verified
         preset = replace(preset, decoding=Decoding(temperature=1.0, top_p=1.0, max_new_tokens=cfg.rl.max_new_tokens))
+        if not cfg.model.variant:  # the device picks the prompt (a phone's on Android)
+            from devices.registry import device_kind
+            from policy.formats import on_screen
+
+            preset = on_screen(preset, device_kind(self.options.device).screen)
         return backend, ModelPolicy(backend, preset, n=cfg.rl.group_size), load
 
     def _context(self, run: RunWriter, model_policy: Any, clock: VersionClock) -> ActorContext:

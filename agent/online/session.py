@@ -192,6 +192,11 @@ class OnlineSession:
             preset = replace(self.backend.preset, decoding=Decoding(temperature=1.0, top_p=1.0,
                                                                      max_new_tokens=cfg.rl.max_new_tokens))
             # Temperature 1, top-p 1, no penalties: the behaviour log-probs are the model's own.
+            if not cfg.model.variant:  # the actors' device picks the prompt (a phone's on Android)
+                from devices.registry import device_kind
+                from policy.formats import on_screen
+
+                preset = on_screen(preset, device_kind(online.device_kind).screen)
             self.model_policy = ModelPolicy(self.backend, preset, n=cfg.rl.group_size)
         store = AdapterStore(self.run_dir / "adapters", keep=online.keep_adapters)
         self.learner = LearnerLoop(self._learner_context(), self.trainer, store)

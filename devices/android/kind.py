@@ -55,4 +55,4 @@ def _requirements() -> list[Requirement]:
 ANDROID = register_kind(DeviceKindSpec(
     name="android", summary=ANDROID_SUMMARY, config=AndroidConfig, build=_build, actions=ANDROID_ACTIONS,
     screens=_screens, requirements=_requirements, recorder=_recorder, address="SERIAL", address_field="serial",
-    address_noun="phone serial", start_hint="Turn on Wi-Fi"))
+    address_noun="phone serial", start_hint="Turn on Wi-Fi", screen="phone"))

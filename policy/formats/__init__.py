@@ -8,9 +8,11 @@ Families are imported on first use, so ``import policy.formats`` stays light.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 from policy.formats.base import (AnswerForm, Backbone, ModelFormat, Parsed, Prompt, ReleasedAnswer,
                                  ReleasedScripts)
+from policy.presets import ModelPreset
 
 FORMAT_CLASSES = {
     "qwen2.5-vl": "policy.formats.qwen25vl:Qwen25VLFormat",
@@ -29,5 +31,13 @@ def get_format(family: str) -> ModelFormat:
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["FORMAT_CLASSES", "AnswerForm", "Backbone", "ModelFormat", "Parsed", "Prompt", "ReleasedAnswer",
+def on_screen(preset: ModelPreset, screen: str) -> ModelPreset:
+    """``preset`` with the prompt variant its family uses on a ``screen`` ("computer", "phone": what the device kind
+    shows, ``devices.registry``'s ``DeviceKindSpec.screen``); unchanged for a family with one prompt for every
+    screen. A variant the user set (``model.variant``) is not this function's to change: callers skip it then."""
+    variant = get_format(preset.family).screen_variants.get(screen)
+    return preset if variant is None or variant == preset.variant else replace(preset, variant=variant)
+
+
+__all__ = ["FORMAT_CLASSES", "on_screen", "AnswerForm", "Backbone", "ModelFormat", "Parsed", "Prompt", "ReleasedAnswer",
            "ReleasedScripts", "get_format"]

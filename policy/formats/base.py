@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from devices.actions import POINTED_KINDS, Action, ActionKind, Point
@@ -136,6 +137,10 @@ class ModelFormat(Protocol):
     no_think_variant: str | None = None
     """The prompt variant that asks for no think block (what ``data.think = false`` selects); None when the family
     has none."""
+    screen_variants: Mapping[str, str] = MappingProxyType({})
+    """The prompt variant the family uses on each kind of screen a device shows (``devices.registry``'s
+    ``DeviceKindSpec.screen``: "computer", "phone"): its action space on that screen. A screen not listed keeps the
+    preset's variant (a family with one prompt, InfiGUI-G1's)."""
 
     def build_prompt(
         self, task: str, history: Sequence[HistoryEntry], space: ModelSpace, preset: ModelPreset

@@ -43,6 +43,8 @@ image cap, ``guir1_prompts.read_released``).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import ast
 import re
 import warnings
@@ -228,6 +230,9 @@ class GuiR1Format(ModelFormat):
     """GUI-R1's prompt and its ``<think>/<answer>`` Python-literal answer (see the module docstring)."""
 
     family = "gui-r1"
+    screen_variants = MappingProxyType({"computer": "high", "phone": "androidcontrol"})
+    """GUI-R1's high-level action list on a computer; on a phone, AndroidControl's (the released prompt's phone
+    actions: wait, long_press, click, press_back, type, open_app, scroll)."""
 
     def answer_form(self, preset: ModelPreset) -> AnswerForm:
         return AnswerForm.ACTION_LIST

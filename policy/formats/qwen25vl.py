@@ -55,6 +55,8 @@ cannot express has none: ``NoAnswerForm``); in the grounding variant, the locati
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import json
 import re
 from collections.abc import Sequence
@@ -104,6 +106,7 @@ class Qwen25VLFormat(ModelFormat):
 
     family = "qwen2.5-vl"
     variants = ("grounding", "computer_use", "mobile_use")
+    screen_variants = MappingProxyType({"computer": "computer_use", "phone": "mobile_use"})
 
     def answer_form(self, preset: ModelPreset) -> AnswerForm:
         return AnswerForm.BOX_LIST if self._variant(preset) == "grounding" else AnswerForm.TOOL_CALL

@@ -56,6 +56,8 @@ the location.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import ast
 import re
 import warnings
@@ -145,6 +147,7 @@ class UiTarsFormat(ModelFormat):
     """UI-TARS's prompts and its ``Thought:/Action:`` call grammar (see the module docstring)."""
 
     family = "ui-tars"
+    screen_variants = MappingProxyType({"computer": "computer", "phone": "mobile"})
 
     def __init__(self, language: str = "English") -> None:
         self.language = language
