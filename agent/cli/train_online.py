@@ -11,13 +11,13 @@ import asyncio
 import json
 from typing import Any
 
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, device_kind_arg, existing, positive_int,
-                              print_error, resume_run_dir)
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, device_arg, device_kind_arg, existing,
+                              positive_int, print_error, resume_run_dir)
 from agent.terminal import plain
 
 # The flags only an online session reads (attribute names); given without --online they are refused.
-ONLINE_ONLY = ("env", "devices", "device_kind", "group_level", "max_policy_lag", "minutes", "demos", "demo_share",
-               "group_timeout")
+ONLINE_ONLY = ("env", "devices", "device_kind", "device", "group_level", "max_policy_lag", "minutes", "demos",
+               "demo_share", "group_timeout")
 
 
 def add_arguments(train: argparse.ArgumentParser) -> None:
@@ -29,6 +29,9 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
     on.add_argument("--devices", type=positive_int, help="actors, each with its own device (default 2)")
     on.add_argument("--device-kind", type=device_kind_arg, metavar="KIND",
                     help="the actors' device kind (default web; agent devices lists the kinds)")
+    on.add_argument("--device", type=device_arg, action="append", metavar="DEVICE",
+                    help="an actor's device, KIND:ADDRESS (android:SERIAL); repeat it, one per actor: sets "
+                         "--device-kind, online.serials and --devices (config: online.device_kind, online.serials)")
     on.add_argument("--group-level", choices=("step", "episode"),
                     help="step: n answers per screen scored by the step verifier (default); episode: n episodes "
                          "per task seed scored by the task checker")
@@ -78,6 +81,7 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
         "max_policy_lag": args.max_policy_lag, "demos": args.demos, "demo_share": args.demo_share,
         "max_wall_s": None if args.minutes is None else args.minutes * 60,
         "group_timeout_s": args.group_timeout}.items() if v is not None})
+    explicit += device_flags(args)
     run_dir_flag = [f"train.run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
     if args.resume:
         configured = load_train_config(args.config, [*args.overrides, *run_dir_flag]).train.run_dir
@@ -96,6 +100,30 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
                           "for the tiny random test model")
     config = with_run_dir(config, "online")
     return config, config.online
+
+
+def device_flags(args: argparse.Namespace) -> list[str]:
+    """The ``online.*`` overrides that ``--device KIND:ADDRESS`` (repeated, one per actor) stands for: the kind, the
+    addresses in order, and as many actors unless ``--devices`` says otherwise. ``ConfigError`` for two kinds, or
+    a kind other than ``--device-kind``."""
+    from agent.errors import ConfigError
+    from agent.online import online_overrides
+
+    given = args.device or []
+    if not given:
+        return []
+    kinds = sorted({kind for kind, _ in given})
+    if len(kinds) > 1 or (args.device_kind and args.device_kind != kinds[0]):
+        named = sorted({*kinds, *([args.device_kind] if args.device_kind else [])})
+        raise ConfigError(f"--device names {' and '.join(named)} devices: an online session's actors drive one "
+                          f"kind; run the others as agent actor processes of a fleet (docs/fleet.md)")
+    addresses = [address for _, address in given if address]
+    values: dict[str, Any] = {"device_kind": kinds[0]}
+    if addresses:
+        values["serials"] = addresses
+    if args.devices is None:
+        values["devices"] = len(given)
+    return online_overrides(values)
 
 
 def run_session(args: argparse.Namespace, config: Any, online: Any, *, transport: Any = None) -> int:

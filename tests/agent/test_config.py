@@ -187,3 +187,20 @@ def test_an_online_run_folder_of_the_older_form_resumes(tmp_path):
     assert (cfg.online.env, cfg.online.devices, cfg.online.max_policy_lag, cfg.online.max_steps) == (
         "generated/click", 3, None, None)
     assert cfg.model.id == "tiny" and cfg.rl.lr is None
+
+
+def test_online_phones_from_the_command_line(tmp_path):
+    """``agent train --online --device android:SERIAL`` once per actor: the kind, the serials in order and as many
+    actors; two kinds in one session are refused."""
+    from agent.cli import build_parser
+    from agent.cli.train_online import session_settings
+
+    args = build_parser().parse_args(["train", "--online", "--env", "android/wifi", "--set", 'model.id="tiny"',
+                                      "--run-dir", str(tmp_path / "run"), "--device", "android:phone-1",
+                                      "--device", "android:10.0.0.7:5555"])
+    _, online = session_settings(args)
+    assert (online.device_kind, online.serials, online.devices) == ("android", ("phone-1", "10.0.0.7:5555"), 2)
+    args = build_parser().parse_args(["train", "--online", "--env", "android/wifi", "--set", 'model.id="tiny"',
+                                      "--device", "android:a", "--device", "web"])
+    with pytest.raises(ConfigError, match="--device names android and web devices"):
+        session_settings(args)
