@@ -110,6 +110,23 @@ def add_set_option(parser: argparse.ArgumentParser, help_text: str | None = None
                         help=help_text)
 
 
+def add_window_options(parser: argparse.ArgumentParser, *, shown: bool = False) -> None:
+    """``--headed`` / ``--headless``, the same pair on every command that opens a browser, in ``args.headless``
+    (None when neither is given: the command's default, ``shown`` or not, which for a browser the agent drives is
+    ``web.headless``)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--headed", dest="headless", action="store_false",
+                       help="show the browser window (needs a display)" + (" (the default here)" if shown else ""))
+    group.add_argument("--headless", dest="headless", action="store_true",
+                       help="no browser window" + ("" if shown else " (the default: web.headless)"))
+    parser.set_defaults(headless=None)
+
+
+def window_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``web.headless`` override ``--headed`` / ``--headless`` stand for (none when neither was given)."""
+    return [] if args.headless is None else [f"web.headless={'true' if args.headless else 'false'}"]
+
+
 def config_path(given: str | None) -> str | None:
     """The config file to load: the one given, else ./config.toml when present, else None (built-in defaults)."""
     return given or ("config.toml" if Path("config.toml").is_file() else None)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.builders import build_policy, close_policy
-from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
+from agent.cli.common import (DEVICE_HELP, add_window_options, window_overrides, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
                               eval_policy_arg, flag_overrides, make_console, policy_overrides, positive_int,
                               print_error, versions)
 from agent.cli.eval_actions import add_action_options
@@ -56,6 +56,7 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot; action benchmark "
                                    "files (.parquet / .jsonl, or a folder of them) for --suite actions")
     add_action_options(ev)
+    add_window_options(ev)
     ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
     ev.add_argument("--config", help="config file (default: ./config.toml when present)")
     add_set_option(ev)
@@ -69,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
     from policy.errors import PolicyError
 
     kind, where = args.policy
-    overrides = ([] if kind == "oracle" else policy_overrides(kind, where)) + flag_overrides(args, FLAG_KEYS)
+    overrides = (([] if kind == "oracle" else policy_overrides(kind, where)) + flag_overrides(args, FLAG_KEYS)
+                 + window_overrides(args))
     try:
         cfg = load_config(config_path(args.config), overrides + list(args.overrides))
         if args.suite == "screenspot":

@@ -17,7 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
-from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
+from agent.cli.common import (DEVICE_HELP, add_window_options, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
                               device_overrides, make_console, print_error, versions)
 from agent.terminal import plain
 
@@ -33,7 +33,7 @@ def add_parser(sub: Any) -> None:
     rec.add_argument("task", help='what the person is about to do, e.g. "Subscribe to the newsletter"')
     rec.add_argument("--device", type=device_arg, metavar="DEVICE", help=f"{DEVICE_HELP} (default web)")
     rec.add_argument("--url", help="the start page on the web (default: the built-in demo page)")
-    rec.add_argument("--headless", action="store_true", help="no browser window (for a program playing the person)")
+    add_window_options(rec, shown=True)  # a person does the task: the window is shown unless --headless
     rec.add_argument("--pause-key", default="Control+Alt+p", help="pauses and resumes the recording")
     rec.add_argument("--stop-key", default="Control+Alt+s", help="ends the recording")
     rec.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
@@ -97,7 +97,8 @@ def make_recorder(cfg: Any, args: argparse.Namespace) -> tuple[Any, Any]:
 
         site = LocalSite()
         url = site.url("demo.html")
-    options = RecordOptions(url=url, headless=bool(args.headless), pause_key=args.pause_key, stop_key=args.stop_key)
+    options = RecordOptions(url=url, headless=bool(args.headless), pause_key=args.pause_key,  # None: shown
+                            stop_key=args.stop_key)
     try:
         return kind.recorder(cfg.section(), cfg.settle, options), site
     except BaseException:

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
+from agent.cli.common import (DEVICE_HELP, add_window_options, window_overrides, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
                               device_overrides, make_console,
                               print_error, terminal_person, versions)
 from agent.terminal import plain
@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> None:
                           "(default: agent.replay.FRAME_TOLERANCE)")
     rep.add_argument("--box-tolerance", type=fraction,
                      help="share of the target box that may differ (default: agent.replay.BOX_TOLERANCE)")
-    rep.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
+    add_window_options(rep)
     rep.add_argument("--yes", action="store_true", help="say yes to every action the guard would ask about")
     rep.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
     rep.add_argument("--config", help="config file (default: ./config.toml when present)")
@@ -134,8 +134,7 @@ def overrides(args: argparse.Namespace, kind: str, address: str, url: str) -> li
     out = device_overrides(kind, address)
     if url:
         out.append(f"device.url={json.dumps(url)}")
-    if args.headed:
-        out.append("web.headless=false")
+    out += window_overrides(args)
     if args.runs_dir:
         out.append(f"record.runs_dir={json.dumps(args.runs_dir)}")
     return out + list(args.overrides)

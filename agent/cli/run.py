@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.builders import build_device, build_guard, build_policy, close_policy
-from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path,
+from agent.cli.common import (DEVICE_HELP, add_window_options, window_overrides, EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path,
                               device_arg, device_overrides, flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
                               terminal_person, versions)
 
@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--yes", action="store_true",
                      help="say yes to every action the guard would ask about (config: guard.assume_yes)")
     run.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
-    run.add_argument("--headed", action="store_true", help="show the browser window (needs a display)")
+    add_window_options(run)
     run.add_argument("--config", help="config file (default: ./config.toml when present, else built-in defaults)")
     add_set_option(run, "override one config option; repeatable")
 
@@ -78,8 +78,7 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
     out += flag_overrides(args, FLAG_KEYS)
     if args.dry_run:
         out.append("agent.dry_run=true")
-    if args.headed:
-        out.append("web.headless=false")
+    out += window_overrides(args)
     if args.yes:
         out.append("guard.assume_yes=true")
     return out + list(args.overrides)

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from envs.records import Outcome
 from envs.trajectory import iter_episodes
 from tests.conftest import REPO
@@ -320,3 +322,20 @@ def test_grounding_eval_closes_the_model_backend(tmp_path, monkeypatch):
                  "openai:http://127.0.0.1:9", "--model", "m", "--runs-dir", str(tmp_path / "runs")])
     assert code == 0
     assert policy.backend.closed == 1
+
+
+@pytest.mark.parametrize("command", ["run", "replay", "record", "eval"])
+def test_headed_and_headless_mean_the_same_on_every_command(command):
+    """One pair of window flags wherever a browser opens; ``record`` shows the window unless told not to (a person
+    does the task), the others follow ``web.headless``."""
+    from agent.cli import build_parser
+    from agent.cli.common import window_overrides
+
+    parser = build_parser()
+    first = {"run": ["run"], "replay": ["replay", "runs/x/ep0000"], "record": ["record", "Do it"],
+             "eval": ["eval", "--suite", "generated"]}[command]
+    assert window_overrides(parser.parse_args([*first, "--headed"])) == ["web.headless=false"]
+    assert window_overrides(parser.parse_args([*first, "--headless"])) == ["web.headless=true"]
+    assert parser.parse_args(first).headless is None
+    with pytest.raises(SystemExit):
+        parser.parse_args([*first, "--headed", "--headless"])
