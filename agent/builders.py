@@ -79,7 +79,8 @@ def build_model_policy(cfg: Config, kind: str | None = None) -> ModelPolicy:
         api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
         if m.api_key_env and api_key is None:
             raise PolicyUnavailable(f"model.api_key_env names {m.api_key_env}, which is not set; export it first")
-        backend = OpenAIBackend(m.url, m.id, api_key=api_key, timeout_s=m.timeout_s)
+        backend = OpenAIBackend(m.url, m.id, api_key=api_key, timeout_s=m.timeout_s,
+                                check_image_tokens=m.check_image_tokens)
     return ModelPolicy(backend, preset, n=m.samples)
 
 

@@ -80,6 +80,8 @@ class ModelConfig(ModelSettings):
     """For policy openai: the environment variable holding the API key, if the server needs one."""
     timeout_s: float = 60.0
     """For policy openai: seconds to wait for one answer before retrying."""
+    check_image_tokens: bool = True
+    """For policy openai: check that the server counted each image at w' x h' / 784 tokens (the client's resize was the server's); false for a family whose server counts images otherwise."""
     samples: int = 1
     """Answers sampled per observation (the first that parses is executed; all are kept as candidates)."""
 

@@ -204,3 +204,12 @@ def test_online_phones_from_the_command_line(tmp_path):
                                       "--device", "android:a", "--device", "web"])
     with pytest.raises(ConfigError, match="--device names android and web devices"):
         session_settings(args)
+
+
+def test_the_image_token_check_can_be_turned_off_from_the_command_line():
+    from agent.builders import build_model_policy
+
+    served = ["policy.kind=openai", "model.id=m", "model.format=qwen2.5-vl", "model.url=http://127.0.0.1:9"]
+    assert build_model_policy(load_config(None, [*served, "model.check_image_tokens=false"])
+                              ).backend.check_image_tokens is False
+    assert build_model_policy(load_config(None, served)).backend.check_image_tokens is True

@@ -162,3 +162,31 @@ def test_a_new_kind_without_a_url_asks_for_a_task_and_refuses_a_url(kiosk, tmp_p
     assert "the kiosk device starts on its own screen" in " ".join(capsys.readouterr().out.split())
     assert agent_main(["record", "Tap", "--device", "kiosk", "--runs-dir", str(tmp_path)]) == 2
     assert "the kiosk device cannot record" in " ".join(capsys.readouterr().out.split())
+
+
+def test_docs_actions_table_says_what_each_kind_performs():
+    """docs/actions.md's table of kinds, one column per device kind, read back against the registry: a cell with a
+    mark means the kind performs every action of its row (or only those it names, "`click` only"), an empty cell
+    none of them."""
+    import re
+
+    from devices.actions import ActionKind
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "actions.md").read_text(encoding="utf-8")
+    header = next(line for line in text.splitlines() if line.startswith("| kind | fields |"))
+    columns = [c.strip() for c in header.strip("|").split("|")][2:]
+    assert columns == list(registry.device_kinds())
+    rows = [line for line in text.splitlines() if line.startswith("| `") and line.count("|") == len(columns) + 3]
+    covered: set[str] = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        kinds = re.findall(r"`(\w+)`", cells[0])
+        covered |= set(kinds)
+        for name, cell in zip(columns, cells[2:]):
+            performs = registry.device_kind(name).actions
+            named = re.findall(r"`(\w+)` only", cell)
+            for kind in kinds:
+                expected = (kind in named) if named else (bool(cell) and not cell.startswith("the runner"))
+                assert (ActionKind(kind) in performs) == expected, f"{kind} on {name}: the table says {cell!r}"
+    assert covered == {k.value for k in ActionKind}
