@@ -296,6 +296,29 @@ def test_the_configuration_table_names_every_section():
     assert not missing, f"docs/configuration.md's section table lacks {missing}"
 
 
+def test_the_readme_names_every_extra_and_all_means_all():
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = {line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")}
+    assert table == set(extras) - {"all"}
+    (everything,) = extras["all"]
+    assert set(everything.split("[")[1].rstrip("]").split(",")) == set(extras) - {"all", "test", "bench"}
+
+
+def test_the_suites_table_names_every_registered_suite():
+    """docs/environments.md's suite table names every suite ``agent envs`` lists (``bench/`` registers its own only
+    when imported), and the two that need --data."""
+    from envs.registry import all_specs
+
+    text = (REPO / "docs" / "environments.md").read_text(encoding="utf-8")
+    table = text[text.index("## Suites"):text.index("**Generated GUI tasks**")]
+    suites = {spec.suite for spec in all_specs()} - {"bench"} | {"screenspot", "actions"}
+    missing = sorted(name for name in suites if f"| `{name}` |" not in table)
+    assert not missing, f"docs/environments.md's suite table lacks {missing}"
+
+
 def test_configs_aepo_3b_is_the_worked_example_of_training_md():
     text = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
     block = re.search(r"`configs/aepo-3b.toml`:\n\n```toml\n(.*?)```", text, re.S).group(1)
