@@ -279,9 +279,10 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key in renamed and renamed[key] in fields:
-            if renamed[key] in values:
-                raise ConfigError(f"{name}.{key} and {name}.{renamed[key]} are the same option ({key} is its old "
-                                  f"name): keep {name}.{renamed[key]} alone")
+            if renamed[key] in values:  # the new name set too (a file's old key, a flag's new one): the new wins
+                log.warning("%s.%s is the old name of %s.%s, which is set too: %s.%s is ignored", name, key, name,
+                            renamed[key], name, key)
+                continue
             log.warning("%s.%s is now %s.%s: this file still reads, but write %s.%s", name, key, name, renamed[key],
                         name, renamed[key])
             key = renamed[key]

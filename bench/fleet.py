@@ -183,7 +183,7 @@ def steps_in_process(folder: Path, devices: int, seconds: float) -> float:
 
     cfg = load_train_config(None, [*TINY, f'train.run_dir="{folder / f"inproc-{devices}"}"', "train.steps=100000",
                                    "checkpoint.every=0", "log.png=false"])
-    session = OnlineSession(cfg, OnlineConfig(env="generated/click", devices=devices, max_wall_s=seconds,
+    session = OnlineSession(cfg, OnlineConfig(env="generated/click", actors=devices, max_wall_s=seconds,
                                               torch_threads=1, progress_every_s=1e9, report=False))
     return asyncio.run(session.run()).steps_per_s
 

@@ -136,7 +136,7 @@ class DeviceKindSpec:
     def check_actors(self, count: int, addresses: Sequence[str] = ()) -> str:
         """Why ``count`` actors of this kind cannot run in one process with ``addresses``; "" when they can."""
         if count > 1 and self.one_per_process:
-            return (f"{count} {self.name} actors in one process would share one screen: run one here (--devices 1), "
+            return (f"{count} {self.name} actors in one process would share one screen: run one here (--parallel 1), "
                     f"and more as agent actor processes on displays of their own (docs/fleet.md)")
         if count > 1 and self.address and len(addresses) < count:
             noun = self.address_noun or "address"

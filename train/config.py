@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from devices.registry import DEFAULT_KIND
 from policy.model_config import ModelSettings
@@ -284,8 +284,11 @@ class OnlineConfig:
 
     env: str = ""
     """Registered environment the actors run (required; ``agent envs`` lists them), e.g. generated/click."""
-    devices: int = 2
-    """Actors, each with its own device."""
+    RENAMED: ClassVar[dict[str, str]] = {"devices": "actors"}
+    """Keys an older file or online.json may use, and the key that holds their value now."""
+
+    actors: int = 2
+    """Actors in this process, each with its own device."""
     device_kind: str = DEFAULT_KIND
     """The actors' device kind (``devices.registry``): web (a Chromium per actor), android (one phone per actor,
     ``serials``) or desktop (one per process)."""
@@ -330,11 +333,11 @@ class OnlineConfig:
     with the parts it has (``GroupAssembler``)."""
     remote_actors: bool = False
     """The actors run in other processes (``agent actor``) and reach this learner over the transport (a fleet,
-    docs/fleet.md); ``devices`` is then only how many the progress line expects."""
+    docs/fleet.md); ``actors`` is then only how many the progress line expects."""
 
     def __post_init__(self) -> None:
-        if self.devices < 1:
-            raise ValueError(f"devices must be at least 1, got {self.devices}")
+        if self.actors < 1:
+            raise ValueError(f"actors must be at least 1, got {self.actors}")
         from devices.registry import device_kind
 
         device_kind(self.device_kind)  # UnknownDeviceKind (a ValueError) naming the closest kind

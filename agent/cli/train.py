@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.online:
         return train_online.main(args)
-    online_only = [f"--{k.replace('_', '-')}" for k in train_online.ONLINE_ONLY if getattr(args, k) is not None]
+    online_only = [flag for dest, flag in train_online.ONLINE_ONLY.items() if getattr(args, dest) is not None]
     if online_only:
         return print_error(f"{', '.join(online_only)} only apply to online sessions: add --online")
     from agent.config import load_train_config

@@ -15,9 +15,10 @@ from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, de
                               positive_int, print_error, resume_run_dir)
 from agent.terminal import plain
 
-# The flags only an online session reads (attribute names); given without --online they are refused.
-ONLINE_ONLY = ("env", "devices", "device_kind", "device", "group_level", "max_policy_lag", "minutes", "demos",
-               "demo_share", "group_timeout")
+ONLINE_ONLY = {dest: f"--{dest.replace('_', '-')}" for dest in (
+    "env", "device_kind", "device", "group_level", "max_policy_lag", "minutes", "demos", "demo_share",
+    "group_timeout")} | {"actors": "--parallel", "old_devices": "--devices"}
+"""The flags only an online session reads: the parsed arguments' attribute -> the flag."""
 
 
 def add_arguments(train: argparse.ArgumentParser) -> None:
@@ -26,12 +27,15 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
                                   "to the learner, which publishes a new adapter after every update (docs/training.md)")
     on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
     on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
-    on.add_argument("--devices", type=positive_int, help="actors, each with its own device (default 2)")
-    on.add_argument("--device-kind", type=device_kind_arg, metavar="KIND",
-                    help="the actors' device kind (default web; agent devices lists the kinds)")
     on.add_argument("--device", type=device_arg, action="append", metavar="DEVICE",
-                    help="an actor's device, KIND:ADDRESS (android:SERIAL); repeat it, one per actor: sets "
-                         "--device-kind, online.serials and --devices (config: online.device_kind, online.serials)")
+                    help="the actors' device: a kind (web, the default; agent devices lists them) for every actor, "
+                         "or KIND:ADDRESS (android:SERIAL) once per actor (config: online.device_kind, online.serials)")
+    on.add_argument("--parallel", dest="actors", type=positive_int, metavar="N",
+                    help="actors at once in this process, each on its own device, as agent eval --parallel (default "
+                         "2, or one per --device KIND:ADDRESS; config: online.actors)")
+    # the names before --device and --parallel: still read, with a note saying the new ones
+    on.add_argument("--devices", dest="old_devices", type=positive_int, help=argparse.SUPPRESS)
+    on.add_argument("--device-kind", dest="device_kind", type=device_kind_arg, help=argparse.SUPPRESS)
     on.add_argument("--group-level", choices=("step", "episode"),
                     help="step: n answers per screen scored by the step verifier (default); episode: n episodes "
                          "per task seed scored by the task checker")
@@ -77,7 +81,8 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from train.model_identity import check_resume
 
     explicit = online_overrides({k: v for k, v in {
-        "env": args.env, "devices": args.devices, "device_kind": args.device_kind, "group_level": args.group_level,
+        "env": args.env, "actors": actors_flag(args), "device_kind": args.device_kind,
+        "group_level": args.group_level,
         "max_policy_lag": args.max_policy_lag, "demos": args.demos, "demo_share": args.demo_share,
         "max_wall_s": None if args.minutes is None else args.minutes * 60,
         "group_timeout_s": args.group_timeout}.items() if v is not None})
@@ -102,6 +107,17 @@ def session_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     return config, config.online
 
 
+def actors_flag(args: argparse.Namespace) -> int | None:
+    """``--parallel``, or the older ``--devices`` (with a note to write ``--parallel``)."""
+    if args.old_devices is not None:
+        import logging
+
+        logging.getLogger(__name__).warning("--devices is now --parallel (the actors in this process, each on its "
+                                            "own device): --parallel %d", args.old_devices)
+        return args.actors if args.actors is not None else args.old_devices
+    return args.actors
+
+
 def device_flags(args: argparse.Namespace) -> list[str]:
     """The ``online.*`` overrides that ``--device KIND:ADDRESS`` (repeated, one per actor) stands for: the kind, the
     addresses in order, and as many actors unless ``--devices`` says otherwise. ``ConfigError`` for two kinds, or
@@ -117,12 +133,14 @@ def device_flags(args: argparse.Namespace) -> list[str]:
         named = sorted({*kinds, *([args.device_kind] if args.device_kind else [])})
         raise ConfigError(f"--device names {' and '.join(named)} devices: an online session's actors drive one "
                           f"kind; run the others as agent actor processes of a fleet (docs/fleet.md)")
+    if any(not address for _, address in given) and len(given) > 1:
+        raise ConfigError("--device KIND names the kind of every actor: give it once, or KIND:ADDRESS once per actor")
     addresses = [address for _, address in given if address]
     values: dict[str, Any] = {"device_kind": kinds[0]}
     if addresses:
         values["serials"] = addresses
-    if args.devices is None:
-        values["devices"] = len(given)
+    if actors_flag(args) is None and addresses:
+        values["actors"] = len(given)
     return online_overrides(values)
 
 

@@ -1,6 +1,6 @@
 """Online sessions (``agent train --online``): actors and a learner in one process.
 
-    session = OnlineSession(train_config, OnlineConfig(env="generated/click", devices=2))
+    session = OnlineSession(train_config, OnlineConfig(env="generated/click", actors=2))
     result = asyncio.run(session.run())
 
 N actors, asyncio tasks, each drive their own device (web: their own Chromium) through an environment with the

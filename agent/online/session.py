@@ -59,7 +59,7 @@ class OnlineSession:
             raise OnlineError("online.env is empty: name the environment the actors run (--env ENV; agent envs lists "
                               "them)")
         if not online.remote_actors:  # a fleet's actors check their own device
-            check_actors(online.env, online.device_kind, online.devices, online.serials)
+            check_actors(online.env, online.device_kind, online.actors, online.serials)
         self.online = online
         self.resume = resume
         config = with_run_dir(config, "online")  # an empty train.run_dir: a new runs/online-<time>
@@ -307,12 +307,12 @@ class OnlineSession:
 
     def _local_actors(self) -> None:
         self.follower = AdapterFollower(self.backend, self.transport, self.clock, root=self.run_dir / "adapters")
-        self._batcher = Batcher(self.backend, self.online.devices) if self.online.batch_decode else None
+        self._batcher = Batcher(self.backend, self.online.actors) if self.online.batch_decode else None
         self.jobs = Jobs(self.tasks, self.trainer.curriculum, level=self.online.group_level,
                          n=self.config.rl.group_size, batch=self.config.rl.prompts_per_batch,
                          prefix=f"{self.session_id}/")
         actor_context = self._actor_context()
-        self.actors = [OnlineActor(actor_context, i) for i in range(self.online.devices)]
+        self.actors = [OnlineActor(actor_context, i) for i in range(self.online.actors)]
 
     def _remote_acting(self) -> None:
         """Remote actors say in their status which version they act with since when: the propagation clock's
@@ -390,7 +390,7 @@ class OnlineSession:
         updates = self.trainer.step if self.trainer else 0
         line = (f"{elapsed:6.0f}s  episodes {snap['episodes']}  success {rate} (last 50)  reward {reward}  "
                 f"samples/s {per_s(samples):.1f}  steps/s {per_s(snap['steps']):.2f}  version {version}  "
-                f"updates {updates}/{self.config.train.steps}  actors {len(self.alive_actors())}/{self.online.devices}")
+                f"updates {updates}/{self.config.train.steps}  actors {len(self.alive_actors())}/{self.online.actors}")
         if self.progress is not None:
             self.progress(line)
         else:

@@ -23,7 +23,7 @@ def check_actors(env: str, kind: str, count: int, addresses: tuple[str, ...] = (
 
     runs_on = env_device_kind(env)
     if runs_on != kind:
-        raise OnlineError(f"{env} runs on a {runs_on or 'unknown'} device, not --device-kind {kind}")
+        raise OnlineError(f"{env} runs on a {runs_on or 'unknown'} device, not --device {kind}")
     problem = device_kind(kind).check_actors(count, addresses)
     if problem:
         raise OnlineError(problem)
@@ -84,6 +84,6 @@ def load_session(run_dir: str | Path) -> list[str]:
                           f"agent train --online") from None
     except (OSError, ValueError) as exc:
         raise OnlineError(f"{path} cannot be read: {exc}") from exc
-    known = {f.name for f in dataclasses.fields(OnlineConfig)}
+    known = {f.name for f in dataclasses.fields(OnlineConfig)} | set(OnlineConfig.RENAMED)
     online = {k: v for k, v in (data.get("online") or {}).items() if k in known}
     return [*online_overrides(online), *data.get("train_overrides", [])]

@@ -113,7 +113,7 @@ def online_arm(model: Path, seed: int, cfg: Any, sft_correct: np.ndarray, *, env
     run_dir = work / f"online-seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     session = OnlineSession(online_config(model, seed, cfg, run_dir, finetune, algo, lora_spec),
-                            OnlineConfig(env=env, devices=devices, group_level="step", torch_threads=1,
+                            OnlineConfig(env=env, actors=devices, group_level="step", torch_threads=1,
                                          progress_every_s=60, report=False))
     t0 = time.perf_counter()
     result = asyncio.run(session.run())

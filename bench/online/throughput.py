@@ -40,7 +40,7 @@ def one_run(devices: int, seconds: float, work: Path, run: int) -> dict[str, Any
     run_dir = work / f"d{devices}-r{run}"
     cfg = tiny_config(str(run_dir), f"train.seed={run}")
     holder: list[Any] = []
-    session = OnlineSession(cfg, OnlineConfig(env="generated/click", devices=devices, max_wall_s=seconds,
+    session = OnlineSession(cfg, OnlineConfig(env="generated/click", actors=devices, max_wall_s=seconds,
                                               torch_threads=1, progress_every_s=1e9, report=False),
                             logits_processor_factory=lambda r: force_first_answer(holder[0])(r))
     holder.append(session)

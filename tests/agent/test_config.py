@@ -119,8 +119,9 @@ def test_files_written_before_keep_reading_and_say_what_to_write_now(tmp_path, c
     assert said.count("used to mean unset") == 9
     both = tmp_path / "both.toml"
     both.write_text('[model]\npath = "a"\nid = "b"\n')
-    with pytest.raises(ConfigError, match="model.path and model.id are the same option"):
-        load_train_config(both)
+    with caplog.at_level("WARNING", logger="agent.config"):
+        assert load_train_config(both).model.id == "b"
+    assert "model.path is the old name of model.id, which is set too: model.path is ignored" in caplog.text
     for name, value in (("lr", 0.0), ("kl_coef", -1.0), ("dual_clip", 0.0), ("max_staleness", -1)):
         with pytest.raises(ValueError, match=f"{name}={value} was the old way to write unset"):
             RLConfig(**{name: value})
@@ -157,15 +158,15 @@ def test_online_settings_are_a_section_settable_with_set(tmp_path):
     from agent.cli.train_online import session_settings
 
     conf = tmp_path / "train.toml"
-    conf.write_text('[model]\nid = "tiny"\n[online]\nenv = "android/wifi"\ndevice_kind = "android"\ndevices = 2\n'
+    conf.write_text('[model]\nid = "tiny"\n[online]\nenv = "android/wifi"\ndevice_kind = "android"\nactors = 2\n'
                     'max_episodes = 7\n')
     args = build_parser().parse_args(["train", "--online", "--config", str(conf), "--run-dir", str(tmp_path / "run"),
                                       "--set", 'online.serials=["phone-1", "phone-2"]', "--set",
-                                      "online.torch_threads=1", "--devices", "1"])
+                                      "online.torch_threads=1", "--parallel", "1"])
     config, online = session_settings(args)
     assert online is config.online
     assert (online.env, online.device_kind, online.serials, online.max_episodes, online.torch_threads,
-            online.devices) == ("android/wifi", "android", ("phone-1", "phone-2"), 7, 1, 1)
+            online.actors) == ("android/wifi", "android", ("phone-1", "phone-2"), 7, 1, 1)
     args = build_parser().parse_args(["train", "--online", "--set", 'model.id="tiny"'])
     with pytest.raises(ConfigError, match="needs the environment the actors run: --env ENV"):
         session_settings(args)
@@ -184,7 +185,7 @@ def test_an_online_run_folder_of_the_older_form_resumes(tmp_path):
                    "retired_setting": 1},
         "train_overrides": ['model.path="tiny"', "rl.lr=0.0", 'train.stage="rl"']}))
     cfg = load_train_config(None, load_session(tmp_path))
-    assert (cfg.online.env, cfg.online.devices, cfg.online.max_policy_lag, cfg.online.max_steps) == (
+    assert (cfg.online.env, cfg.online.actors, cfg.online.max_policy_lag, cfg.online.max_steps) == (
         "generated/click", 3, None, None)
     assert cfg.model.id == "tiny" and cfg.rl.lr is None
 
@@ -199,7 +200,7 @@ def test_online_phones_from_the_command_line(tmp_path):
                                       "--run-dir", str(tmp_path / "run"), "--device", "android:phone-1",
                                       "--device", "android:10.0.0.7:5555"])
     _, online = session_settings(args)
-    assert (online.device_kind, online.serials, online.devices) == ("android", ("phone-1", "10.0.0.7:5555"), 2)
+    assert (online.device_kind, online.serials, online.actors) == ("android", ("phone-1", "10.0.0.7:5555"), 2)
     args = build_parser().parse_args(["train", "--online", "--env", "android/wifi", "--set", 'model.id="tiny"',
                                       "--device", "android:a", "--device", "web"])
     with pytest.raises(ConfigError, match="--device names android and web devices"):

@@ -153,7 +153,7 @@ def test_a_derived_web_task_runs_in_an_online_session_with_episode_groups(tmp_pa
     register_tasks(tasks)
     try:
         session = OnlineSession(config(tmp_path / "run", "train.steps=100"),
-                                OnlineConfig(env="tasks/join", devices=1, group_level="episode",
+                                OnlineConfig(env="tasks/join", actors=1, group_level="episode",
                                              progress_every_s=1000.0))
 
         async def scenario():

@@ -57,7 +57,7 @@ def session_for(cfg, settings: OnlineConfig, **kw) -> OnlineSession:
 
 
 def online(**kw) -> OnlineConfig:
-    return OnlineConfig(**{"env": "generated/click", "devices": 2, "progress_every_s": 1000.0, **kw})
+    return OnlineConfig(**{"env": "generated/click", "actors": 2, "progress_every_s": 1000.0, **kw})
 
 
 async def until(condition, timeout: float = 90.0) -> None:
@@ -197,7 +197,7 @@ def test_a_learner_error_stops_the_run_with_a_checkpoint_and_a_clear_message(tmp
 
     monkeypatch.setattr(Learner, "step", failing_step)
     run = tmp_path / "run"
-    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(devices=1))
+    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(actors=1))
     with pytest.raises(OnlineError) as info:
         asyncio.run(session.run())
     message = str(info.value)
@@ -286,7 +286,7 @@ def test_a_new_session_that_fails_before_its_first_update_leaves_no_folder(tmp_p
 
     monkeypatch.setattr(Learner, "step", failing_step)
     run = tmp_path / "run"
-    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(devices=1))
+    session = session_for(config(run, "train.steps=5", "checkpoint.every=0"), online(actors=1))
     with pytest.raises(OnlineError) as info:
         asyncio.run(session.run())
     assert "before the first update" in str(info.value) and "start again" in str(info.value)
@@ -302,7 +302,7 @@ def test_the_command_line_leaves_nothing_behind_on_bad_settings(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--online", "--env", "generated/click", "--config", str(REPO / "configs" / "train.toml")]) == 2
     assert "model.id is empty" in capsys.readouterr().out and not (tmp_path / "runs").exists()
-    bad = ["train", "--online", "--env", "generated/click", "--devices", "1", "--set", 'model.id="no/such-model"',
+    bad = ["train", "--online", "--env", "generated/click", "--parallel", "1", "--set", 'model.id="no/such-model"',
            "--set", 'model.format="infigui-g1"', "--set", "train.steps=1"]
     assert main(bad) == 1
     assert "online session stopped" in capsys.readouterr().err
@@ -315,9 +315,9 @@ def test_the_command_line_leaves_nothing_behind_on_bad_settings(tmp_path, monkey
 def test_a_resumed_session_without_a_checkpoint_says_it_starts_from_the_base_model(tmp_path):
     run, lines = tmp_path / "run", []
     # The random model's groups all score the same: the session stops on its wall-time limit before any update.
-    first = asyncio.run(OnlineSession(config(run, "train.steps=5"), online(devices=1, max_wall_s=2.0)).run())
+    first = asyncio.run(OnlineSession(config(run, "train.steps=5"), online(actors=1, max_wall_s=2.0)).run())
     assert first.updates == 0 and first.stopped_by == "max-wall" and (run / "online.json").is_file()
-    again = OnlineSession(config(run, "train.steps=5"), online(devices=1, max_wall_s=1.0), resume=True,
+    again = OnlineSession(config(run, "train.steps=5"), online(actors=1, max_wall_s=1.0), resume=True,
                           progress=lines.append)
     asyncio.run(again.run())
     assert any("holds no checkpoint yet" in line and "version 0" in line for line in lines), lines
@@ -413,7 +413,7 @@ def test_the_learners_trainer_holds_the_configured_reward_never_a_stand_in(tmp_p
     from train.data import RewardAdapter
     from train.samples import RolloutPrompt
 
-    session = OnlineSession(config(tmp_path / "run", 'data.reward="guir1"'), online(devices=1))
+    session = OnlineSession(config(tmp_path / "run", 'data.reward="guir1"'), online(actors=1))
     session._setup()
     reward = session.trainer.reward_fn
     assert isinstance(reward, RewardAdapter) and reward.name == "guir1"

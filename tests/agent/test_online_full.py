@@ -43,7 +43,7 @@ def test_actors_act_with_each_published_full_weight_version(tmp_path):
     run = tmp_path / "run"
     holder: list[OnlineSession] = []
     session = OnlineSession(full_config(run, "train.steps=3", "checkpoint.every=0"),
-                            OnlineConfig(env="generated/click", devices=1, progress_every_s=1000.0),
+                            OnlineConfig(env="generated/click", actors=1, progress_every_s=1000.0),
                             logits_processor_factory=lambda req: ForceFirstAnswer(holder[0].backend.tokenizer))
     holder.append(session)
     seen: dict = {}
@@ -144,7 +144,7 @@ def test_a_resumed_run_whose_checkpoint_is_of_another_model_is_refused_before_an
     monkeypatch.setattr(OnlineSession, "_setup", lambda self: started.append("models"))
     monkeypatch.setattr("agent.online.actors.OnlineActor.run", lambda self: started.append("actor"))
     with pytest.raises(CheckpointError) as info:
-        OnlineSession(cfg, OnlineConfig(env="generated/click", devices=1), resume=True)
+        OnlineSession(cfg, OnlineConfig(env="generated/click", actors=1), resume=True)
     message = str(info.value)
     assert f"'{small}'" in message and "'tiny'" in message  # both names
     assert "hidden size 512" in message and "hidden size 64" in message and "13.7M parameters" in message

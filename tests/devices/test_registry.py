@@ -81,7 +81,7 @@ def test_a_kind_s_rules_for_actors_in_one_process():
 
 
 def test_the_session_asks_the_environment_s_registration_which_kind_it_runs_on():
-    with pytest.raises(OnlineError, match="generated/click runs on a web device, not --device-kind android"):
+    with pytest.raises(OnlineError, match="generated/click runs on a web device, not --device android"):
         check_actors("generated/click", "android", 1)
     with pytest.raises(OnlineError, match="would share one screen"):
         check_actors("desktop/click", "desktop", 2)
