@@ -14,10 +14,10 @@ from bench.fuzz.inputs import KNOWN_INPUTS, VALID, mutate
 from devices.actions import Action
 from policy.errors import FormatParseError
 from policy.formats import get_format
-from policy.formats.base import Parsed
-from policy.formats.infigui import strict_parse
+from policy.formats.base import AnswerForm, Parsed
 from policy.presets import ModelPreset, preset_for
-from train.rewards import RewardResult, aepo_reward, distance_reward, guir1_reward
+from train.reward_registry import REWARDS, RewardSpec
+from train.rewards import RewardResult
 
 FRAME = (1280, 720)
 HANG_S = 1.0
@@ -56,37 +56,34 @@ def _parser(group: str) -> Target:
 
 
 _BOXES = [(100.0, 100.0, 700.0, 400.0), None, (600.0, 300.0, 680.0, 420.0)]
-_GUIR1_TRUTH = [("click", [640, 360], None), ("click", [600, 300, 700, 400], None), ("type", None, "shanghai"),
-                ("scroll", None, "down"), ("impossible", None, None), ("close/delete", None, None)]
+_ACTION_TRUTH = [("click", [640, 360], None), ("click", [600, 300, 700, 400], None), ("type", None, "shanghai"),
+                 ("scroll", None, "down"), ("impossible", None, None), ("close/delete", None, None)]
 
 
-def _aepo(variant: str, penalty: bool) -> Callable[[str, random.Random], RewardResult]:
-    return lambda text, rng: aepo_reward(text, rng.choice(_BOXES), think=rng.random() < 0.8, variant=variant,
-                                         collinear_penalty=penalty)
-
-
-def _guir1(variant: str) -> Callable[[str, random.Random], RewardResult]:
-    return lambda text, rng: guir1_reward(text, *rng.choice(_GUIR1_TRUTH), variant=variant)
-
-
-def _distance(text: str, rng: random.Random) -> RewardResult:
-    return distance_reward(text, rng.choice(_BOXES), threshold=rng.choice([0.0, 0.1, 1.0]), image_size=(1288, 728),
-                           think=rng.random() < 0.8)
+def _reward(spec: RewardSpec) -> Callable[[str, random.Random], RewardResult]:
+    """``spec`` scored against a random ground truth of the kind it reads (a box, or an action with its place)."""
+    def score(text: str, rng: random.Random) -> RewardResult:
+        if spec.reads is AnswerForm.ACTION_LIST:
+            action, place, typed = rng.choice(_ACTION_TRUTH)
+            truth = {"action": action, "box": place if place and len(place) == 4 else None, "point": place,
+                     "text": typed}
+            return spec.score(truth, text, think=True)
+        threshold = rng.choice([0.0, 0.1, 1.0]) if spec.needs_threshold else None
+        return spec.score({"box": rng.choice(_BOXES), "coord_size": (1288, 728)}, text,
+                          think=rng.random() < 0.8, threshold=threshold)
+    return score
 
 
 def targets(group: str) -> list[Target]:
-    """The parser of ``group`` and the rewards that read its family's answers."""
-    out = [_parser(group)]
-    if group == "infigui-g1":
-        out += [Target("strict_parse", "infigui-g1", lambda text, _: strict_parse(text), True),
-                Target("aepo", "rewards", _aepo("code", True), False),
-                Target("aepo_paper", "rewards", _aepo("paper", True), False),
-                Target("aepo_no_collinear", "rewards", _aepo("code", False), False),
-                Target("distance", "rewards", _distance, False)]
-    if group == "gui-r1":
-        out += [Target("guir1", "rewards", _guir1("code"), False),
-                Target("guir1_paper", "rewards", _guir1("paper"), False)]
-    return out
+    """The parser of ``group``, its family's reward-side strict parse, and every registered reward that reads the
+    answers its preset writes (``train.reward_registry``)."""
+    preset = preset_of(group)
+    space, fmt = preset.space(FRAME), get_format(preset.family)
+    out = [_parser(group),
+           Target(f"strict_parse {group}", preset.family, lambda text, _: fmt.strict_parse(text, space, preset), True)]
+    form = fmt.answer_form(preset)
+    return out + [Target(spec.name, "rewards", _reward(spec), False) for spec in REWARDS.values()
+                  if spec.reads is form]
 
 
 def problem(target: Target, result: Any) -> str:
