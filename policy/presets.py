@@ -39,6 +39,9 @@ class ModelPreset:
     """The family's prompt variant (qwen2.5-vl: grounding / computer_use / mobile_use; infigui-g1:
     think / no_think; gui-r1: high / low or a benchmark's action list; ui-tars: computer / mobile /
     grounding)."""
+    grounding_variant: str | None = None
+    """The variant that asks for one target's location, which grounding benchmarks (``agent eval --suite
+    screenspot``) prompt with unless ``model.variant`` is set; None: the default variant already does (InfiGUI-G1)."""
     version: str = ""
     """Family version where the grammar differs (ui-tars: "1.5" or "1")."""
     decoding: Decoding = field(default_factory=Decoding)
@@ -63,7 +66,8 @@ _UITARS_DECODING = Decoding(temperature=0.0, top_p=0.7, max_new_tokens=512)
 
 
 def _qwen(model_id: str) -> ModelPreset:
-    return ModelPreset(model_id, "qwen2.5-vl", variant="computer_use", decoding=_QWEN_DECODING)
+    return ModelPreset(model_id, "qwen2.5-vl", variant="computer_use", grounding_variant="grounding",
+                       decoding=_QWEN_DECODING)
 
 
 def _infigui(model_id: str) -> ModelPreset:
@@ -77,7 +81,7 @@ def _infigui(model_id: str) -> ModelPreset:
 def _guir1(model_id: str) -> ModelPreset:
     return ModelPreset(
         model_id, "gui-r1", pre_resize=PreResize.TRUNCATE_TO, pre_resize_pixels=1_258_291,
-        variant="high", decoding=_GUIR1_DECODING,
+        variant="high", grounding_variant="screenspot", decoding=_GUIR1_DECODING,
         notes="trained on images capped at 1,258,291 px (int-truncated scale); the same cap is applied at run time",
     )
 
@@ -85,14 +89,14 @@ def _guir1(model_id: str) -> ModelPreset:
 def _uitars15(model_id: str) -> ModelPreset:
     return ModelPreset(
         model_id, "ui-tars", min_pixels=100 * 28 * 28, max_pixels=16384 * 28 * 28, variant="computer",
-        version="1.5", decoding=_UITARS_DECODING, history_images=5,
+        grounding_variant="grounding", version="1.5", decoding=_UITARS_DECODING, history_images=5,
     )
 
 
 def _uitars1(model_id: str) -> ModelPreset:
     return ModelPreset(
         model_id, "ui-tars", min_pixels=MIN_PIXELS, max_pixels=2700 * 28 * 28, coord_mode=CoordMode.RELATIVE_1000,
-        variant="computer", version="1", decoding=_UITARS_DECODING, history_images=5,
+        variant="computer", grounding_variant="grounding", version="1", decoding=_UITARS_DECODING, history_images=5,
         notes="Qwen2-VL based: coordinates on a 0-1000 grid",
     )
 
