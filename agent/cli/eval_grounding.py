@@ -5,7 +5,7 @@ family's grounding variant unless ``model.variant`` is set (``agent.grounding_ev
 sample is asked and scored (``agent.grounding_eval.evaluate_grounding``) with a progress line every few samples
 (``GroundingProgress``); then the accuracy table, and a run folder ``runs/grounding-<run_id>/`` with
 ``results.json`` and ``report.html``. The layouts, where to get each dataset and how it is scored:
-docs/environments.md#grounding-benchmarks-screenspot--v2--pro.
+docs/environments.md#grounding-benchmarks-screenspot-screenspot-v2-screenspot-pro.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from agent.terminal import plain
 __all__ = ["GroundingProgress", "add_grounding_options", "run_grounding"]
 
 PROGRESS_EVERY = 50
-"""A progress line at least every this many samples (every 5 % of a small dataset)..."""
+"""A progress line every this many samples (every 5 % of a smaller dataset)..."""
 PROGRESS_INTERVAL_S = 30.0
-"""... and at least this often while samples are scored (a model on a CPU takes seconds per sample)."""
+"""... and with the first sample scored after this many seconds without one (a model on a CPU takes seconds per
+sample, so 50 of them would leave the console silent for minutes)."""
 
 
 def add_grounding_options(ev: Any) -> None:
@@ -40,8 +41,8 @@ def add_grounding_options(ev: Any) -> None:
 
 class GroundingProgress:
     """The ``on_result`` of ``evaluate_grounding`` that prints how far the evaluation is: samples scored, the
-    running top-1 accuracy, the unparsed answers and the rate, every ``every`` samples and at least every
-    ``interval_s`` seconds. The last sample prints nothing: the table follows."""
+    running top-1 accuracy, the unparsed answers and the rate, every ``every`` samples, and with the first sample
+    scored ``interval_s`` seconds or more after the last line. The last sample prints nothing: the table follows."""
 
     def __init__(self, total: int, emit: Callable[[str], None], *, every: int | None = None,
                  interval_s: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
