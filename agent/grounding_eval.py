@@ -1,28 +1,35 @@
-"""Running a policy on a grounding dataset (the loaders and the official scoring are in envs.grounding)."""
+"""Running a policy on a grounding dataset (the loaders are in envs.grounding, the official scoring in
+envs.grounding_score)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from devices.base import Observation
 from envs.errors import EnvError
-from envs.grounding import (
-    GroundingPrediction,
-    GroundingReport,
-    GroundingSample,
-    RejectedRecord,
-    RejectKind,
-    SampleResult,
-    read_rgb,
-    score,
-    score_sample,
-)
+from envs.grounding import GroundingSample, RejectedRecord, RejectKind, read_rgb
+from envs.grounding_score import GroundingPrediction, GroundingReport, SampleResult, score, score_sample
 from policy.base import Policy
 from policy.errors import PolicyParseError
+from policy.model import ModelPolicy
 
 log = logging.getLogger(__name__)
+
+
+def with_grounding_prompt(policy: Policy, *, variant_chosen: bool) -> Policy:
+    """The policy to run on a grounding dataset: a model whose family has a grounding prompt
+    (``ModelFormat.grounding_variant``: Qwen2.5-VL's and UI-TARS's ``grounding``, GUI-R1's ``screenspot``) is asked
+    with it, so a benchmark scores the model as its authors evaluated it, not with its computer-use prompt. A
+    variant the user chose (``variant_chosen``: ``model.variant`` is set) is kept, and so is every other policy."""
+    if variant_chosen or not isinstance(policy, ModelPolicy):
+        return policy
+    grounding = policy.format.grounding_variant
+    if grounding is None or grounding == policy.preset.variant:
+        return policy
+    return policy.with_preset(replace(policy.preset, variant=grounding))
 
 
 async def evaluate_grounding(samples: Sequence[GroundingSample], policy: Policy, *, concurrency: int = 4,

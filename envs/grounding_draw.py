@@ -26,7 +26,8 @@ from devices.actions import Action
 from devices.base import Box
 from devices.errors import InvalidAction
 from envs.errors import EnvError, RecordFormatError
-from envs.grounding import GroundingPrediction, GroundingSample, read_rgb
+from envs.grounding import GroundingSample, read_rgb
+from envs.grounding_score import GroundingPrediction
 from envs.records import StepRecord
 from envs.trajectory import Episode, iter_episodes, read_episode
 

@@ -22,11 +22,11 @@ __all__ = ["add_action_options", "run_actions"]
 
 
 def add_action_options(ev: Any) -> None:
-    """The options only ``--suite actions`` reads."""
+    """The options only ``--suite actions`` reads (``--limit``, shared with ``--suite screenspot``, is
+    ``agent.cli.evaluate``'s)."""
     ev.add_argument("--benchmark", help="for --suite actions: androidcontrol-low, androidcontrol-high, guiodyssey, "
                                         "omniact-web, omniact-desktop or guiact-web (default: from the file name)")
     ev.add_argument("--batch", type=int, default=8, help="for --suite actions: samples decided together")
-    ev.add_argument("--limit", type=int, help="for --suite actions: the first N samples of each file")
     ev.add_argument("--gt-units", default="auto", choices=("auto", "normalized", "pixels"),
                     help="for --suite actions: the units of gt_bbox (default: normalized when every number is <= 1)")
 

@@ -1,6 +1,7 @@
 """``agent eval``: success rates of a policy on environments whose rewards are checked by code, its accuracy on
-a grounding dataset (``--suite screenspot --data FILE``), or its Type / GR / SR on GUI-R1's offline action
-benchmarks (``--suite actions --data FILE_OR_FOLDER``: ``agent.cli.eval_actions``).
+a grounding dataset (``--suite screenspot --data FILE_OR_FOLDER``: ``agent.cli.eval_grounding``), or its Type / GR / SR
+on GUI-R1's offline action benchmarks (``--suite actions --data FILE_OR_FOLDER``: ``agent.cli.eval_actions``);
+``--limit N`` means the same for both: the first N samples of each data file.
 
 A model or OCR policy is built once and shared by every episode (one model in memory, one HTTP client); its
 backend is closed when the evaluation ends, however it ends (done, error, Ctrl-C). SIGTERM and SIGHUP stop it like
@@ -11,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from agent.builders import build_policy, close_policy
-from agent.cli.common import (DEVICE_HELP, add_window_options, window_overrides, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path, device_arg,
-                              eval_policy_arg, flag_overrides, make_console, policy_overrides, positive_int,
-                              print_error, versions)
-from agent.cli.eval_actions import add_action_options
-from agent.cli.eval_actions import run_actions
+from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, add_set_option, add_window_options, config_path,
+                              device_arg, eval_policy_arg, flag_overrides, make_console, policy_overrides,
+                              positive_int, print_error, versions, window_overrides)
+from agent.cli.eval_actions import add_action_options, run_actions
+from agent.cli.eval_grounding import add_grounding_options, run_grounding
 from agent.terminal import plain
 
 NAME = "eval"
@@ -55,6 +54,10 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--seed", type=int, default=0, help="first seed")
     ev.add_argument("--data", help="grounding dataset (file or folder) for --suite screenspot; action benchmark "
                                    "files (.parquet / .jsonl, or a folder of them) for --suite actions")
+    ev.add_argument("--limit", type=positive_int,
+                    help="for --suite screenspot and actions: score the first N samples of each data file (a "
+                         "ScreenSpot-Pro folder has one per application and platform; default: all)")
+    add_grounding_options(ev)
     add_action_options(ev)
     add_window_options(ev)
     ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
@@ -75,9 +78,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(config_path(args.config), overrides + list(args.overrides))
         if args.suite == "screenspot":
-            return _grounding(args, cfg, kind)
+            return run_grounding(args, cfg, kind)
+        if args.language is not None:
+            return print_error("--language is for --suite screenspot (ScreenSpot-Pro's instruction_cn)")
         if args.suite == "actions":
             return run_actions(args, cfg, kind)
+        if args.limit is not None:
+            return print_error("--limit is for --suite screenspot and actions; environment suites run --episodes "
+                               "per environment")
         names = [s.name for s in all_specs(args.suite)]
         if not names:
             from envs.registry import REGISTRY
@@ -220,52 +228,4 @@ def _run_suite(args: argparse.Namespace, cfg: Any, names: list[str], factory: Ca
     report = build_report(result.run_dir)
     console.print(f"trajectories: [bold]{plain(result.run_dir)}[/]", soft_wrap=True)
     console.print(f"report:       [bold]{plain(report)}[/]", soft_wrap=True)
-    return EXIT_OK
-
-
-def _grounding(args: argparse.Namespace, cfg: Any, kind: str) -> int:
-    """``--suite screenspot``: ask the policy for each sample's target, print the accuracy table, write
-    results.json and report.html in a new run folder."""
-    from agent.grounding_eval import evaluate_grounding
-    from agent.report import build_grounding_report
-    from envs.grounding import load_grounding, rejection_summary
-    from envs.trajectory import new_run_id
-
-    if not args.data:
-        return print_error("--suite screenspot needs --data FILE (a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder)")
-    if kind in ("oracle", "scripted"):
-        return print_error("grounding datasets are evaluated with a model or the ocr policy "
-                           "(--policy ocr|transformers:..|openai:..)")
-    dataset = load_grounding(args.data)
-    if not dataset.samples:  # nothing to score: bad input, not an accuracy of 0
-        return print_error(f"no usable record in {args.data}: {rejection_summary(dataset.report.rejected)}; fix "
-                           f"those records, or pass a ScreenSpot / -v2 JSON file or a ScreenSpot-Pro folder")
-    policy = build_policy(cfg)
-    console = make_console()
-    console.print(f"{dataset.report.loaded} samples loaded, {len(dataset.report.rejected)} rejected")
-    for r in dataset.report.rejected[:20]:
-        console.print(f"  rejected: {plain(r)}", soft_wrap=True)
-
-    async def grade() -> Any:
-        try:
-            return await evaluate_grounding(dataset.samples, policy, rejected=dataset.report.rejected)
-        finally:
-            await close_policy(policy)
-
-    report = asyncio.run(grade())
-    for r in report.rejected[len(dataset.report.rejected):][:20]:  # images that could not be decoded
-        console.print(f"  rejected: {plain(r)}", soft_wrap=True)
-    if not report.total:
-        return print_error(f"no sample of {args.data} could be evaluated: {rejection_summary(report.rejected)}")
-    console.print(f"top-1 accuracy {report.accuracy:.3f}   any-candidate {report.any_accuracy:.3f}   "
-                  f"unparsed {report.wrong_format}")
-    if report.abstention.negatives or report.abstention.abstained_wrongly:
-        console.print(plain(report.abstention.line()))
-    console.print(plain(report.table("platform/element_type")))
-    out = Path(cfg.record.runs_dir) / f"grounding-{new_run_id()}"
-    out.mkdir(parents=True, exist_ok=True)
-    result = report.to_dict()
-    (out / "results.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
-    page = build_grounding_report(result, out / "report.html", title=f"grounding evaluation of {args.data}")
-    console.print(f"results: [bold]{plain(out / 'results.json')}[/]   report: [bold]{plain(page)}[/]")
     return EXIT_OK

@@ -137,6 +137,9 @@ class ModelFormat(Protocol):
     no_think_variant: str | None = None
     """The prompt variant that asks for no think block (what ``data.think = false`` selects); None when the family
     has none."""
+    grounding_variant: str | None = None
+    """The variant that asks for one target's location, which grounding benchmarks (``agent eval --suite
+    screenspot``) prompt with unless ``model.variant`` is set; None: the default variant already does (InfiGUI-G1)."""
     screen_variants: Mapping[str, str] = MappingProxyType({})
     """The prompt variant the family uses on each kind of screen a device shows (``devices.registry``'s
     ``DeviceKindSpec.screen``: "computer", "phone"): its action space on that screen. A screen not listed keeps the

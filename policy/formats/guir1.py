@@ -230,6 +230,9 @@ class GuiR1Format(ModelFormat):
     """GUI-R1's prompt and its ``<think>/<answer>`` Python-literal answer (see the module docstring)."""
 
     family = "gui-r1"
+    grounding_variant = "screenspot"
+    """The prompt of GUI-R1's released ScreenSpot script (its action list is ['click']: the first click's point is
+    scored)."""
     screen_variants = MappingProxyType({"computer": "high", "phone": "androidcontrol"})
     """GUI-R1's high-level action list on a computer; on a phone, AndroidControl's (the released prompt's phone
     actions: wait, long_press, click, press_back, type, open_app, scroll)."""

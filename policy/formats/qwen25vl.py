@@ -106,6 +106,7 @@ class Qwen25VLFormat(ModelFormat):
 
     family = "qwen2.5-vl"
     variants = ("grounding", "computer_use", "mobile_use")
+    grounding_variant = "grounding"
     screen_variants = MappingProxyType({"computer": "computer_use", "phone": "mobile_use"})
 
     def answer_form(self, preset: ModelPreset) -> AnswerForm:

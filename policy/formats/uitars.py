@@ -147,6 +147,7 @@ class UiTarsFormat(ModelFormat):
     """UI-TARS's prompts and its ``Thought:/Action:`` call grammar (see the module docstring)."""
 
     family = "ui-tars"
+    grounding_variant = "grounding"
     screen_variants = MappingProxyType({"computer": "computer", "phone": "mobile"})
 
     def __init__(self, language: str = "English") -> None:

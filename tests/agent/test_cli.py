@@ -271,10 +271,12 @@ class CornerModel:
 
 def shared_model(monkeypatch) -> CornerModel:
     """Make `agent eval` build a CornerModel where it would build the model of --policy openai:URL."""
+    from agent.cli import eval_grounding
     from agent.cli import evaluate as eval_command
 
     policy = CornerModel()
     monkeypatch.setattr(eval_command, "build_policy", lambda cfg: policy)
+    monkeypatch.setattr(eval_grounding, "build_policy", lambda cfg: policy)  # --suite screenspot's
     return policy
 
 

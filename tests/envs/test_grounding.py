@@ -20,18 +20,8 @@ from devices.actions import Action, ActionKind, Point
 from devices.base import Box, Observation
 from envs.errors import EnvError
 from agent.grounding_eval import evaluate_grounding
-from envs.grounding import (
-    Abstention,
-    GroundingOutcome,
-    GroundingPrediction,
-    GroundingSample,
-    RejectedRecord,
-    RejectKind,
-    load_grounding,
-    point_in_box,
-    rejection_summary,
-    score,
-)
+from envs.grounding import GroundingSample, Language, RejectedRecord, RejectKind, load_grounding, rejection_summary
+from envs.grounding_score import Abstention, GroundingOutcome, GroundingPrediction, point_in_box, score
 from envs.grounding_draw import BOX_RGB, draw_samples
 from policy.base import Decision, HistoryEntry
 from policy.errors import PolicyParseError
@@ -176,7 +166,33 @@ def test_pro_boxes_are_xyxy_with_negatives_and_size_checks(pro: Path) -> None:
     assert by_id["photoshop_windows:ps-1"].box == Box(0.75, 0.2, 0.95, 0.9)
     kinds = {(r.file.name, r.index): r.kind for r in data.report.rejected}
     assert kinds == {("vscode_macos.json", 2): RejectKind.SIZE_MISMATCH, ("vscode_macos.json", 3): RejectKind.MALFORMED}
-    assert load_grounding(pro, language="cn").samples[1].instruction == "点击红框"
+
+
+def test_chinese_instructions_and_the_records_without_one(pro: Path, screenspot_v2: Path) -> None:
+    cn = load_grounding(pro, language="cn")
+    assert [(s.id, s.instruction) for s in cn.samples] == [("vscode_macos:vs-1", "点击红框")]
+    # a record without instruction_cn is left out and counted, never scored in English
+    assert cn.report.counts() == {"missing_language": 4}
+    assert {(r.file.name, r.index) for r in cn.report.rejected} == {
+        ("photoshop_windows.json", 0), ("vscode_macos.json", 1), ("vscode_macos.json", 2), ("vscode_macos.json", 3)}
+    assert "no Chinese instruction (instruction_cn)" in cn.report.rejected[0].reason
+    v2 = load_grounding(screenspot_v2, language=Language.CN)
+    assert v2.samples == () and v2.report.counts() == {"missing_language": 1}
+    assert load_grounding(pro, language="en").samples[0].instruction == "click the yellow box"
+    with pytest.raises(EnvError, match="unknown instruction language 'fr'; use one of en, cn"):
+        load_grounding(pro, language="fr")
+
+
+def test_limit_keeps_the_first_usable_records_of_each_file(pro: Path) -> None:
+    one = load_grounding(pro, limit=1)
+    assert [s.id for s in one.samples] == ["photoshop_windows:ps-1", "vscode_macos:vs-1"]
+    assert one.report.rejected == ()  # the bad records come after the first usable one and are not read
+    two = load_grounding(pro, limit=2)
+    assert [s.id for s in two.samples] == ["photoshop_windows:ps-1", "vscode_macos:vs-1", "vscode_macos:vs-neg"]
+    everything = load_grounding(pro, limit=100)
+    assert len(everything.samples) == 3 and len(everything.report.rejected) == 2
+    with pytest.raises(EnvError, match="limit must be at least 1"):
+        load_grounding(pro, limit=0)
 
 
 def test_missing_dataset_is_an_env_error_naming_the_path(tmp_path: Path) -> None:
