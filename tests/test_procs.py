@@ -91,6 +91,21 @@ def test_a_command_that_exits_and_leaves_a_process_running_fails():
         procs.run(["false"], timeout=60, check=True)
 
 
+def test_a_strangers_group_with_a_reused_id_is_never_counted_or_signalled():
+    """Group ids are PIDs, and PIDs are reused: a process of another suite whose group id is one this suite once
+    started (here: put in ``STARTED`` by hand) is not this suite's, so it is neither counted nor signalled."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        procs.STARTED.append(stranger.pid)
+        assert procs.in_groups([stranger.pid]) == []
+        procs.end_processes([], pgids=[stranger.pid], grace=0.5)
+        assert stranger.poll() is None  # alive: nothing was sent to it
+    finally:
+        procs.STARTED.remove(stranger.pid)
+        stranger.kill()
+        stranger.wait()
+
+
 def test_stop_sends_sigkill_to_what_ignores_sigterm(tmp_path):
     code = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
             "time.sleep(600)")

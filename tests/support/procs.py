@@ -17,7 +17,10 @@ gave up). Here:
   has been ended: a command a user runs must not leave anything behind either.
 
 Nothing here looks beyond the processes a test started: "alive" reads ``/proc`` (a zombie, already dead and waiting
-for its parent to read its status, is not alive).
+for its parent to read its status, is not alive). A group counts a process only when it carries this suite's mark
+(``MARK``, an environment variable every process ``start`` starts inherits): a group id is a PID, and PIDs are
+reused, so a group id of a process long gone may belong to a stranger's process by now (another suite on the same
+machine); no signal is sent to a group as a whole for the same reason.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ GRACE_S = 5.0
 STARTED: list[int] = []
 """Process group ids (each the PID of the process ``start`` started), in order: the suite checks that none of them
 has a process left when a test (or the session) ends."""
+MARK_VARIABLE = "HANDEYE_TEST_PROCESSES"
+MARK = f"{os.getpid()}-{time.time_ns()}"
+"""This suite's mark, in the environment of every process ``start`` starts and everything they start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +99,20 @@ def below(pid: int, procs: dict[int, ProcInfo] | None = None) -> list[ProcInfo]:
     return [p for p in out if p.alive]
 
 
+def marked(p: ProcInfo) -> bool:
+    """Whether ``p`` carries this suite's mark (it, or a process above it, was started by ``start``)."""
+    try:
+        environ = Path(f"/proc/{p.pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARK_VARIABLE}={MARK}".encode() in environ.split(b"\0")
+
+
 def in_groups(pgids: Iterable[int], procs: dict[int, ProcInfo] | None = None) -> list[ProcInfo]:
-    """Every live process whose process group is one of ``pgids``."""
+    """Every live process of this suite (``marked``) whose process group is one of ``pgids``."""
     wanted = set(pgids)
     procs = table() if procs is None else procs
-    return [p for p in procs.values() if p.pgid in wanted and p.alive]
+    return [p for p in procs.values() if p.pgid in wanted and p.alive and marked(p)]
 
 
 def _still(known: Iterable[tuple[int, int]], pgids: Sequence[int]) -> dict[tuple[int, int], ProcInfo]:
@@ -113,20 +128,15 @@ def _still(known: Iterable[tuple[int, int]], pgids: Sequence[int]) -> dict[tuple
     return out
 
 
-def _signal(targets: Iterable[ProcInfo], pgids: Sequence[int], signum: int) -> None:
-    """``signum`` once to each: to the groups, and to the targets outside them (a second SIGTERM tells ``agent`` to
-    stop at once instead of cleanly)."""
-    for pgid in pgids:
+def _signal(targets: Iterable[ProcInfo], signum: int) -> None:
+    """``signum`` once to each target (the live members of the groups are among them: ``_still``), never to a
+    group id as a whole, which may name a stranger's group by now (see the module docstring). Once each: a second
+    SIGTERM tells ``agent`` to stop at once instead of cleanly."""
+    for p in targets:
         try:
-            os.killpg(pgid, signum)
+            os.kill(p.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
-    for p in targets:
-        if p.pgid not in pgids:
-            try:
-                os.kill(p.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def end_processes(found: Iterable[ProcInfo], *, pgids: Sequence[int] = (), grace: float = GRACE_S,
@@ -135,14 +145,14 @@ def end_processes(found: Iterable[ProcInfo], *, pgids: Sequence[int] = (), grace
     SIGKILL after ``grace`` seconds to what is left (and to what they started meanwhile). Returns the processes
     that needed the SIGKILL."""
     targets = _still([(p.pid, p.start) for p in found], pgids)
-    _signal(targets.values(), pgids, first)
+    _signal(targets.values(), first)
     deadline = time.monotonic() + grace
     while (targets := _still(targets, pgids)) and time.monotonic() < deadline:
         time.sleep(0.02)
     killed = list(targets.values())
     deadline = time.monotonic() + 10
     while targets and time.monotonic() < deadline:  # SIGKILL cannot be refused: this ends within moments
-        _signal(targets.values(), pgids, signal.SIGKILL)
+        _signal(targets.values(), signal.SIGKILL)
         time.sleep(0.02)
         targets = _still(targets, pgids)
     return killed
@@ -156,6 +166,7 @@ def end_group(pid: int, *, grace: float = GRACE_S, first: int = signal.SIGTERM) 
 
 def start(cmd: Sequence[str | os.PathLike[str]], **popen: Any) -> subprocess.Popen:
     """``subprocess.Popen(cmd, **popen)`` in a session of its own, recorded in ``STARTED``."""
+    popen["env"] = {**(popen.get("env") or os.environ), MARK_VARIABLE: MARK}
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)
     STARTED.append(proc.pid)
     return proc
