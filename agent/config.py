@@ -305,7 +305,9 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 def _expected(hint: Any) -> str:
     """How a message names an option's type."""
-    return getattr(hint, "__name__", None) or ("a list of strings" if typing.get_origin(hint) is tuple else str(hint))
+    if typing.get_origin(hint) is tuple:
+        return "a list of strings"
+    return getattr(hint, "__name__", None) or str(hint)
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
