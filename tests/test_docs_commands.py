@@ -321,6 +321,7 @@ def test_the_script_examples_are_what_the_scripted_policy_reads():
             Action.from_dict(entry)
 
 
+@pytest.mark.timeout(SLOW_S + 120)  # the tiny model's two steps take a minute or two on a loaded machine
 def test_recording_md_records_where_its_training_command_reads(clone: Path, monkeypatch, capsys):
     """docs/recording.md's record-then-train block, one command after the other in the clone: `agent record` as
     written (here in this process, headless, a program playing the person on the built-in page with trusted input)
