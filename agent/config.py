@@ -138,10 +138,17 @@ class GuardConfig:
                 raise ValueError(f"allow_domains: {domain!r} is not a domain (write example.com, not a URL)")
 
 
+DEMOS_FOLDER = "demos"
+"""The folder inside ``record.runs_dir`` that demonstrations go to unless ``record.demos_dir`` says otherwise."""
+
+
 @dataclass(frozen=True, slots=True)
 class RecordConfig:
     runs_dir: str = "runs"
     """Folder that receives one sub-folder per run."""
+    demos_dir: str | None = None
+    """Folder that receives agent record's demonstrations, one sub-folder per recording (agent record --runs-dir);
+    unset = demos inside runs_dir (runs/demos), the folder training on demonstrations reads."""
     frame_format: str = "png"
     """Stored frame encoding: png (lossless, the exact frame the policy saw) or jpeg (smaller)."""
     fsync: bool = True
@@ -152,11 +159,24 @@ class RecordConfig:
     def __post_init__(self) -> None:
         if self.frame_format not in ("png", "jpeg"):
             raise ValueError(f"frame_format {self.frame_format!r} must be png or jpeg")
+        if self.demos_dir is not None and not self.demos_dir.strip():
+            raise ValueError(f"demos_dir must name a folder (or be {UNSET!r}: {DEMOS_FOLDER} inside runs_dir)")
+
+    def demos_folder(self) -> Path:
+        """Where ``agent record`` writes: ``demos_dir``, else ``runs_dir/demos``."""
+        return Path(self.demos_dir) if self.demos_dir is not None else Path(self.runs_dir) / DEMOS_FOLDER
 
 
 def default_device_sections() -> Mapping[str, Any]:
     """Every registered device kind's section at its defaults, by kind (``devices.registry``)."""
     return MappingProxyType({kind.name: kind.config() for kind in all_device_kinds()})
+
+
+def default_record_sections() -> Mapping[str, Any]:
+    """The recorder settings of every registered kind that has them, at their defaults, by kind (``[web_record]``,
+    ``[desktop_record]``, ``[android_record]``: ``DeviceKindSpec.record_config``)."""
+    return MappingProxyType({kind.name: kind.record_config() for kind in all_device_kinds()
+                             if kind.record_config is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,17 +191,24 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    recorders: Mapping[str, Any] = field(default_factory=default_record_sections)
+    """Each device kind's recorder settings (``[web_record]``, ``[desktop_record]``, ``[android_record]``), by kind."""
     secrets: tuple[tuple[str, str], ...] = ()
     """Credentials: NAME = "env:VARIABLE"; actions refer to them as {{secret:NAME}}."""
 
     def __post_init__(self) -> None:
-        missing = [k for k in default_device_sections() if k not in self.devices]
-        if missing or not isinstance(self.devices, MappingProxyType):
-            object.__setattr__(self, "devices", MappingProxyType({**default_device_sections(), **self.devices}))
+        for name, defaults in (("devices", default_device_sections), ("recorders", default_record_sections)):
+            given = getattr(self, name)
+            if any(k not in given for k in defaults()) or not isinstance(given, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType({**defaults(), **given}))
 
     def section(self, kind: str | None = None) -> Any:
         """The config section of device kind ``kind`` (default: the configured ``device.kind``)."""
         return self.devices[kind or self.device.kind]
+
+    def record_settings(self, kind: str | None = None) -> Any:
+        """The recorder settings of device kind ``kind`` (default: ``device.kind``), None for a kind without them."""
+        return self.recorders.get(kind or self.device.kind)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data (secrets as their env: references, never values); a device kind's
@@ -191,6 +218,9 @@ class Config:
             value = getattr(self, f.name)
             if f.name == "devices":
                 out.update({kind: dataclasses.asdict(section) for kind, section in value.items()})
+            elif f.name == "recorders":
+                out.update({device_kind(kind).record_section: dataclasses.asdict(settings)
+                            for kind, settings in value.items()})
             else:
                 out[f.name] = dict(value) if f.name == "secrets" else dataclasses.asdict(value)
         return out
@@ -198,11 +228,14 @@ class Config:
 
 def config_sections() -> dict[str, type]:
     """Every section of config.toml and the dataclass it is read into, in the file's order: each device kind's own
-    section follows ``[device]``."""
+    section follows ``[device]``, each kind's recorder settings (``[NAME_record]``) follow ``[record]``."""
     out: dict[str, type] = {}
     for f in dataclasses.fields(Config):
         if f.name == "devices":
             out.update({kind.name: kind.config for kind in all_device_kinds()})
+        elif f.name == "recorders":
+            out.update({kind.record_section: kind.record_config for kind in all_device_kinds()
+                        if kind.record_config is not None})
         elif f.name != "secrets":
             out[f.name] = f.default_factory  # type: ignore[assignment]
     return out
@@ -261,9 +294,22 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
     elif origin in (typing.Union, types.UnionType):
-        raise ConfigError(f"{where}: unsupported option type {hint}")  # no such field today
-    expected = getattr(hint, "__name__", None) or ("a list of strings" if origin is tuple else str(hint))
-    raise ConfigError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
+        # the first member the value fits (desktop_record.pause_keys: a list of key names or "ctrl+alt+p")
+        for member in typing.get_args(hint):
+            try:
+                return _coerce(value, member, where)
+            except ConfigError:
+                continue
+        expected = " or ".join(_expected(member) for member in typing.get_args(hint))
+        raise ConfigError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"{where} must be {_expected(hint)}, got {value!r} ({type(value).__name__})")
+
+
+def _expected(hint: Any) -> str:
+    """How a message names an option's type."""
+    if typing.get_origin(hint) is tuple:
+        return "a list of strings"
+    return getattr(hint, "__name__", None) or str(hint)
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
@@ -355,19 +401,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data = _read_toml(path, overrides)
     sections = config_sections()
     kinds = {kind.name for kind in all_device_kinds()}
+    recorded = {kind.record_section: kind.name for kind in all_device_kinds() if kind.record_config is not None}
     valid = [*sections, "secrets"]
     kwargs: dict[str, Any] = {}
     devices: dict[str, Any] = {}
+    recorders: dict[str, Any] = {}
     for name, values in data.items():
         if name == "secrets":
             kwargs[name] = _secrets(values)
         elif name in kinds:
             devices[name] = _build_section(name, sections[name], values)
+        elif name in recorded:
+            recorders[recorded[name]] = _build_section(name, sections[name], values)
         elif name in sections:
             kwargs[name] = _build_section(name, sections[name], values)
         else:
             raise ConfigError(f"unknown config section [{name}]: {_closest(name, valid)}sections are {', '.join(valid)}")
-    return Config(devices=devices, **kwargs)
+    return Config(devices=devices, recorders=recorders, **kwargs)
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
@@ -430,7 +480,10 @@ def _toml_value(value: Any) -> str:
 
 def section_docs() -> dict[str, str]:
     """Each section's one-line comment in config.toml (a device kind's is its registry summary)."""
-    return {**SECTION_DOCS, **{kind.name: kind.summary for kind in all_device_kinds()}}
+    kinds = all_device_kinds()
+    return {**SECTION_DOCS, **{kind.name: kind.summary for kind in kinds},
+            **{kind.record_section: f"How agent record --device {kind.name} reads a person (docs/recording.md)."
+                for kind in kinds if kind.record_config is not None}}
 
 
 def _render_sections(sections: dict[str, type], docs_by_section: dict[str, str]) -> list[str]:

@@ -19,6 +19,10 @@ and text typed into them never leaves the recorder in clear (``masked``).
 ``next_event`` returns None when the person ends the recording (the stop key, closing the
 browser); a pause (the pause key) comes as one ``wait`` event with ``info["paused_s"]``, so the gap
 is marked in the episode without recording what happened during it.
+
+A recorder that can be ended or paused from outside the device (``agent record``'s terminal: Enter ends it, ``p``
+and Enter pauses and resumes it) says so by being a ``StopsOnRequest`` or a ``PausesOnRequest``; a phone has no
+key to spare for either, so the Android recorder is both.
 """
 
 from __future__ import annotations
@@ -76,4 +80,28 @@ class Recorder(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Facts for the episode record: device kind, what is captured, what is missing."""
+        ...
+
+
+@runtime_checkable
+class StopsOnRequest(Protocol):
+    """A recorder that can be ended from outside the device, as its stop key would (the terminal's Enter)."""
+
+    def request_stop(self) -> None:
+        """End the recording once everything before the request is delivered (safe from any thread)."""
+        ...
+
+
+@runtime_checkable
+class PausesOnRequest(Protocol):
+    """A recorder that can be paused and resumed from outside the device (the terminal's ``p`` and Enter); the pause
+    is one ``wait`` event with ``info["paused_s"]``, as a pause key's is."""
+
+    @property
+    def paused(self) -> bool: ...
+
+    def pause(self) -> None: ...
+
+    async def resume(self) -> None:
+        """Record again; returns once the recorder sees the screen as it is now."""
         ...

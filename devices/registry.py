@@ -61,8 +61,13 @@ class RecordOptions:
     """The start page, for kinds that open one (``opens_url``)."""
     headless: bool = False
     """No window, for a program playing the person (the web)."""
-    pause_key: str = "Control+Alt+p"
-    stop_key: str = "Control+Alt+s"
+    settings: Any = None
+    """The kind's recorder settings (a ``record_config`` instance, its ``[NAME_record]`` section); None: their
+    defaults."""
+    pause_key: str | None = None
+    """The pause key combination (``--pause-key``), which wins over ``settings``' own; None: the settings'."""
+    stop_key: str | None = None
+    """The stop key combination (``--stop-key``), likewise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,9 @@ class DeviceKindSpec:
     """What it needs installed, checked now (``agent doctor``)."""
     recorder: Callable[..., Any] | None = None
     """``recorder(section, settle, options: RecordOptions)`` -> a recorder of a person's demonstration, or None."""
+    record_config: type | None = None
+    """The frozen dataclass its recorder's settings are read into (every field defaulted): the ``[NAME_record]``
+    section of ``config.toml`` (``record_section``), handed to ``recorder`` as ``RecordOptions.settings``."""
     address: str = ""
     """What ``--device NAME:ADDRESS`` names (``"SERIAL"``); "" when the kind takes no address."""
     address_field: str = ""
@@ -112,6 +120,14 @@ class DeviceKindSpec:
             raise ValueError(f"device kind {self.name!r}: {self.config.__name__} has no field {self.address_field!r}")
         if self.screen not in SCREENS:
             raise ValueError(f"device kind {self.name!r}: screen {self.screen!r} is not one of {', '.join(SCREENS)}")
+        if self.record_config is not None and self.recorder is None:
+            raise ValueError(f"device kind {self.name!r}: record_config without a recorder")
+
+    @property
+    def record_section(self) -> str:
+        """The config section of its recorder's settings (``android_record``); "" when it has none. Flat, not
+        ``[record.android]``, so that ``--set android_record.KEY=VALUE`` names it as every section is named."""
+        return f"{self.name}_record" if self.record_config is not None else ""
 
     def selector(self, address: str = "") -> str:
         """How ``--device`` writes this kind with ``address`` (``android:SERIAL``, or the name alone)."""

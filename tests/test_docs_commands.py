@@ -342,3 +342,50 @@ def test_the_script_examples_are_what_the_scripted_policy_reads():
         assert isinstance(script, list) and script
         for entry in script:
             Action.from_dict(entry)
+
+
+@pytest.mark.timeout(SLOW_S + 120)  # the tiny model's two steps take a minute or two on a loaded machine
+def test_recording_md_records_where_its_training_command_reads(clone: Path, monkeypatch, capsys):
+    """docs/recording.md's record-then-train block, one command after the other in the clone: `agent record` as
+    written (here in this process, headless, a program playing the person on the built-in page with trusted input)
+    writes where the block's `agent train` reads, and that trains on it (two steps, to be quick)."""
+    import asyncio
+
+    from agent.cli import main as agent_main
+    from tests.support.person import play_once_started
+
+    (block,) = [b for b in BLOCKS if b.doc.name == "recording.md" and len(b.commands) == 2
+                and [first_word(c) + " " + c.split()[1] for c in b.commands] == ["agent record", "agent train"]]
+    record, train = (strip_comment(c) for c in block.commands)
+
+    async def play(recorder) -> None:
+        page = recorder.device.page
+
+        async def click(selector: str) -> None:
+            box = await page.locator(selector).bounding_box()
+            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            await asyncio.sleep(0.5)
+
+        await click("#email")
+        await page.keyboard.type("alice@example.com")
+        await click("#password")
+        await page.keyboard.type("hunter22")
+        await click("#signin")
+        await page.keyboard.press("Control+Alt+s")
+
+    errors = play_once_started(monkeypatch, play)
+    before = set((clone / "runs").iterdir()) if (clone / "runs").exists() else set()
+    monkeypatch.chdir(clone)
+    try:
+        code = agent_main([*shlex.split(record)[1:], "--headless"])
+        out = capsys.readouterr().out
+        assert not errors and code == 0, (errors, out)
+        result = run(f"{train} --set train.steps=2", clone, SLOW_S)
+        log = result.stdout + result.stderr
+        assert result.returncode == 0 and "Traceback" not in log, log[-3000:]
+        (demo,) = (clone / "runs" / "demos").iterdir()
+        (trained,) = set((clone / "runs").iterdir()) - before - {clone / "runs" / "demos"}
+        assert (demo / "ep0000" / "steps.jsonl").exists() and (trained / "metrics.jsonl").exists(), log[-3000:]
+    finally:
+        for made in set((clone / "runs").iterdir()) - before if (clone / "runs").exists() else ():
+            shutil.rmtree(made)

@@ -4,39 +4,55 @@
     agent record "Turn on Wi-Fi" --device android                          # on the phone
     agent record "Rename the file" --device desktop                        # on the X display
 
-The recording ends with the stop key (web and desktop: Control+Alt+S), by closing the browser, or
-with Ctrl-C in the terminal (then it is marked interrupted; every step so far is kept). The pause
-key (Control+Alt+P) pauses and resumes; the pause is marked in the episode. Exit codes: 0 the
-demonstration was recorded, 1 it ended on an error, 2 bad input, 128 + signal when stopped by one.
+The demonstration goes to ``record.demos_dir`` (default ``runs/demos``, where training on demonstrations reads;
+``--runs-dir`` sets it). The recording ends with the stop key (web and desktop: Control+Alt+S), Enter in the
+terminal (web and Android), by closing the browser, or with Ctrl-C in the terminal (then it is marked interrupted;
+every step so far is kept). The pause key (web and desktop: Control+Alt+P), or on a phone ``p`` and Enter in the
+terminal, pauses and resumes; the pause is marked in the episode. The recorders' settings are the
+``[web_record]``, ``[desktop_record]`` and ``[android_record]`` sections (``--pause-key`` / ``--stop-key`` win).
+Exit codes: 0 the demonstration was recorded, 1 it ended on an error, 2 bad input, 128 + signal when stopped by one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
+import stat
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from agent.cli.common import (DEVICE_HELP, add_window_options, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, config_path, device_arg,
                               device_overrides, make_console, print_error, versions)
 from agent.terminal import plain
+from devices.recording import PausesOnRequest, StopsOnRequest
+
+log = logging.getLogger(__name__)
 
 NAME = "record"
+PAUSE_WORD = "p"
+"""What the person types, then Enter, in the terminal to pause and resume a recorder that pauses on request."""
 
 
 def add_parser(sub: Any) -> None:
     rec = sub.add_parser(NAME, help="record a person doing a task, in the trajectory format agent runs write",
                          description=(
         "Open the device, watch what the person does, and write each action with the screen just before it "
-        "and the element it hit (actor = human). End with the stop key (Control+Alt+S), by closing the browser, "
-        "or with Ctrl-C. docs/recording.md has the whole picture."))
+        "and the element it hit (actor = human), into runs/demos (record.demos_dir). End with the stop key "
+        "(Control+Alt+S), Enter in the terminal, by closing the browser, or with Ctrl-C; pause with the pause key "
+        "(Control+Alt+P), on a phone with p and Enter in the terminal. docs/recording.md has the whole picture."))
     rec.add_argument("task", help='what the person is about to do, e.g. "Subscribe to the newsletter"')
     rec.add_argument("--device", type=device_arg, metavar="DEVICE", help=f"{DEVICE_HELP} (default web)")
     rec.add_argument("--url", help="the start page on the web (default: the built-in demo page)")
     add_window_options(rec, shown=True)  # a person does the task: the window is shown unless --headless
-    rec.add_argument("--pause-key", default="Control+Alt+p", help="pauses and resumes the recording")
-    rec.add_argument("--stop-key", default="Control+Alt+s", help="ends the recording")
-    rec.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
+    rec.add_argument("--pause-key", help="pauses and resumes the recording on the web and the desktop (config: "
+                                         "web_record.pause_key, desktop_record.pause_keys; default Control+Alt+p)")
+    rec.add_argument("--stop-key", help="ends the recording on the web and the desktop (config: web_record.stop_key, "
+                                        "desktop_record.stop_keys; default Control+Alt+s)")
+    rec.add_argument("--runs-dir", help="where the demonstration's run folder goes (config: record.demos_dir; "
+                                        "default runs/demos)")
     rec.add_argument("--make-task", metavar="NAME",
                      help="after the stop key, derive a task from what the demonstration changed and write it as "
                           "NAME.json for `agent eval --suite tasks` (docs/recording.md, Derived tasks)")
@@ -55,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     if args.runs_dir:
-        overrides.insert(0, f"record.runs_dir={json.dumps(args.runs_dir)}")
+        overrides.insert(0, f"record.demos_dir={json.dumps(args.runs_dir)}")
     if args.device is not None:
         overrides[:0] = device_overrides(*args.device)
     try:
@@ -97,8 +113,8 @@ def make_recorder(cfg: Any, args: argparse.Namespace) -> tuple[Any, Any]:
 
         site = LocalSite()
         url = site.url("demo.html")
-    options = RecordOptions(url=url, headless=bool(args.headless), pause_key=args.pause_key,  # None: shown
-                            stop_key=args.stop_key)
+    options = RecordOptions(url=url, headless=bool(args.headless),  # headless None: shown
+                            settings=cfg.record_settings(kind.name), pause_key=args.pause_key, stop_key=args.stop_key)
     try:
         return kind.recorder(cfg.section(), cfg.settle, options), site
     except BaseException:
@@ -108,12 +124,99 @@ def make_recorder(cfg: Any, args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _stop_key(recorder: Any) -> str:
-    """How the person ends this recording, as the console says it."""
+    """The stop key of this recording, as the console says it ("" for a recorder without one)."""
     interpreter = getattr(recorder, "interpreter", None)
     if interpreter is not None:
         return str(interpreter.stop_key)
     combo = getattr(getattr(recorder, "record", None), "stop_combo", None)
-    return combo.describe() if combo is not None else "Ctrl-C"
+    return combo.describe() if combo is not None else ""
+
+
+class TerminalControls:
+    """The recording's controls in ``agent record``'s terminal, for a recorder that takes them
+    (``devices.recording``'s ``StopsOnRequest`` and ``PausesOnRequest``; a phone has no key to spare): Enter alone
+    ends the recording as the stop key does, ``p`` and Enter pauses it and, again, resumes it. Lines are read from
+    ``fd`` as they come (a terminal, or a pipe from a program playing the person) and handled one after another;
+    the end of the input leaves the recording running (its keys or Ctrl-C end it)."""
+
+    def __init__(self, recorder: Any, fd: int, say: Callable[[str], None]) -> None:
+        self.recorder, self.fd, self.say = recorder, fd, say
+        self.stops = isinstance(recorder, StopsOnRequest)
+        self.pauses = isinstance(recorder, PausesOnRequest)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lines: asyncio.Queue[str] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._pending = b""
+
+    @staticmethod
+    def input_fd(stream: Any) -> int | None:
+        """``stream``'s file descriptor when lines can be awaited on it (a terminal, a pipe, a socket); None for a
+        file, /dev/null or no stream at all."""
+        try:
+            fd = int(stream.fileno())
+            mode = os.fstat(fd).st_mode
+        except (AttributeError, OSError, ValueError):
+            return None
+        return fd if os.isatty(fd) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+
+    def hint(self) -> str:
+        """What the terminal does for this recording, for the console ("" when nothing)."""
+        return "; ".join(([f"{PAUSE_WORD} and Enter here pauses and resumes"] if self.pauses else []) +
+                         (["Enter here ends it"] if self.stops else []))
+
+    def attach(self) -> None:
+        if self.stops or self.pauses:
+            self._loop = asyncio.get_running_loop()
+            self._worker = asyncio.create_task(self._work(), name="record-terminal")
+            self._loop.add_reader(self.fd, self._readable)
+
+    async def detach(self) -> None:
+        self._unwatch()
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+
+    def _unwatch(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.fd)
+            self._loop = None
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the input ended: nothing more will come from it
+            self._unwatch()
+            return
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            self._lines.put_nowait(line.decode("utf-8", "replace"))
+
+    async def _work(self) -> None:
+        while True:
+            await self.handle(await self._lines.get())
+
+    async def handle(self, line: str) -> None:
+        """One line the person typed (a resume returns once the recorder sees the screen again)."""
+        word = line.strip().lower()
+        if not word and self.stops:
+            self.recorder.request_stop()
+        elif word == PAUSE_WORD and self.pauses and not self.recorder.paused:
+            self.recorder.pause()
+            self.say(f"paused: nothing is recorded until {PAUSE_WORD} and Enter again")
+        elif word == PAUSE_WORD and self.pauses:
+            try:
+                await self.recorder.resume()
+            except Exception as e:  # the device's error ends the recording through next_event; say it here too
+                log.warning("could not resume the recording: %s", e)
+                return
+            self.say("recording again")
+        else:
+            self.say(f"{line.strip()!r} does nothing here: {self.hint() or 'end with the stop key or Ctrl-C'}")
 
 
 def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = None) -> int:
@@ -127,31 +230,38 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
     from envs.recording import RecordingEnv
     from envs.trajectory import RunWriter
 
+    from devices.registry import device_kind
+
     console = make_console()
-    run = RunWriter(cfg.record.runs_dir, config={"kind": "record", "config": cfg.to_dict(), "versions": versions()},
+    run = RunWriter(cfg.record.demos_folder(), config={"kind": "record", "config": cfg.to_dict(),
+                                                       "versions": versions()},
                     frame_format=cfg.record.frame_format, fsync=cfg.record.fsync)
     writer = run.episode(task=secrets.redact(task), actor=Actor.HUMAN)
     env = RecordingEnv(recorder, task)
     redact_logs(secrets)
     stopped_by: list[int] = []
-    enter = sys.stdin.isatty() and hasattr(recorder, "request_stop")
-    console.print(f"[bold]recording[/] {plain(secrets.redact(task))}: do the task; end with "
-                  f"{plain(_stop_key(recorder))}{', Enter here' if enter else ''}, by closing the browser, or with "
-                  "Ctrl-C (which keeps the steps, marked interrupted)")
+    fd = TerminalControls.input_fd(sys.stdin)
+    terminal = TerminalControls(recorder, fd, lambda text: console.print(plain(text))) if fd is not None else None
+    ends = [key for key in (_stop_key(recorder),) if key]
+    ends += ["Enter here"] if terminal is not None and terminal.stops else []
+    ends += ["by closing the browser"] if device_kind(cfg.device.kind).opens_url else []
+    pause = f"; {PAUSE_WORD} and Enter here pauses and resumes" if terminal is not None and terminal.pauses else ""
+    ways = ", ".join(ends) + ", or with " if ends else ""
+    console.print(f"[bold]recording[/] {plain(secrets.redact(task))}: do the task; end with {plain(ways)}Ctrl-C "
+                  f"(which keeps the steps, marked interrupted){pause}")
 
     async def main() -> None:
         stop = stop_on_signals(stopped_by.append)
-        if enter:  # Enter in the terminal ends the recording as the stop key does (a phone has no stop key)
-            loop = asyncio.get_running_loop()
-            loop.add_reader(sys.stdin.fileno(), lambda: (sys.stdin.readline(), recorder.request_stop()))
+        if terminal is not None:
+            terminal.attach()
         try:
             result = await record_demonstration(env, writer, secrets=secrets,
                                                 on_step=lambda s: print_step(console, s), stop=stop)
             if maker is not None and not stopped_by and result.record.outcome is Outcome.CLAIMED:
                 await maker.read_final(recorder, writer.path)  # before the recorder closes
         finally:
-            if enter:
-                asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
+            if terminal is not None:
+                await terminal.detach()
             await asyncio.shield(env.close())
 
     try:

@@ -52,7 +52,7 @@ class AndroidRecordOptions:
     dump_interval_s: float = 0.2
     """Least time between the starts of two UI hierarchy dumps."""
     keyboard_fraction: float = 0.4
-    """The soft keyboard's height as a fraction of the screen, where ``dumpsys input_method`` does not say."""
+    """The soft keyboard's height as a fraction of the screen, where dumpsys input_method does not say."""
     keep_s: float = 3.0
     """Seconds of frames kept for events still on their way from the phone."""
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from devices.android.config import AndroidConfig
 from devices.android.device import ANDROID_ACTIONS
+from devices.android.gestures import AndroidRecordOptions
 from devices.registry import DeviceKindSpec, RecordOptions, Requirement, command_version, register_kind
 from devices.settle import SettleConfig
 
@@ -20,11 +21,15 @@ def _build(section: AndroidConfig, settle: SettleConfig, *, url: str = "") -> An
 
 
 def _recorder(section: AndroidConfig, settle: SettleConfig, options: RecordOptions) -> Any:
-    """The phone's recorder (its getevent stream and UI dumps); the terminal's Ctrl-C or Enter ends it."""
+    """The phone's recorder (its getevent stream and UI dumps). A phone has no key to spare: the terminal pauses,
+    resumes and ends the recording, so pause and stop keys are refused."""
     from devices.android.device import AndroidDevice
     from devices.android.recorder import AndroidRecorder
 
-    return AndroidRecorder(AndroidDevice(section, settle))
+    if options.pause_key or options.stop_key:
+        raise ValueError("a phone is recorded without pause and stop keys (it has none to spare): pause and resume "
+                         "with p and Enter in the terminal, end with Enter; leave out --pause-key and --stop-key")
+    return AndroidRecorder(AndroidDevice(section, settle), options.settings)
 
 
 def _screens(section: AndroidConfig) -> list[str]:
@@ -54,5 +59,6 @@ def _requirements() -> list[Requirement]:
 
 ANDROID = register_kind(DeviceKindSpec(
     name="android", summary=ANDROID_SUMMARY, config=AndroidConfig, build=_build, actions=ANDROID_ACTIONS,
-    screens=_screens, requirements=_requirements, recorder=_recorder, address="SERIAL", address_field="serial",
+    screens=_screens, requirements=_requirements, recorder=_recorder, record_config=AndroidRecordOptions,
+    address="SERIAL", address_field="serial",
     address_noun="phone serial", start_hint="Turn on Wi-Fi", screen="phone"))

@@ -33,7 +33,8 @@ after a tap on a text field, before a dump shows the focus, touches there count 
 The on-screen navigation bar is part of the touchscreen: its buttons are recorded as taps where they are (and
 replay as such). Multi-finger gestures are recorded by their first finger (``info["fingers"]``).
 
-Pause and stop come from the terminal (``agent record``): ``pause()`` / ``resume()`` (one ``wait`` action with
+Pause and stop come from the terminal (``agent record``: ``p`` and Enter, Enter; the recorder is a
+``devices.recording.PausesOnRequest`` and ``StopsOnRequest``): ``pause()`` / ``resume()`` (one ``wait`` action with
 ``info["paused_s"]``; nothing from the pause is captured, not even frames), ``request_stop()`` (``next_event``
 returns None once everything before it is delivered). A phone that goes away ends the recording with
 DeviceDisconnected after the events before it.
@@ -189,6 +190,11 @@ class AndroidRecorder:
     def request_stop(self) -> None:
         """End the recording after what the phone already sent (safe from another thread or a signal handler)."""
         self._post(("stop",))
+
+    @property
+    def paused(self) -> bool:
+        """Between ``pause`` and ``resume``."""
+        return self._paused_at is not None
 
     def pause(self) -> None:
         """Stop capturing until ``resume``: frames, dumps and input of the pause are never recorded."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from dataclasses import replace
+
 from devices.desktop.config import DesktopConfig
+from devices.desktop.record_config import DesktopRecordConfig
 from devices.desktop.device import DESKTOP_ACTIONS
 from devices.registry import DeviceKindSpec, RecordOptions, Requirement, command_version, register_kind
 from devices.settle import SettleConfig
@@ -20,10 +23,12 @@ def _build(section: DesktopConfig, settle: SettleConfig, *, url: str = "") -> An
 
 
 def _recorder(section: DesktopConfig, settle: SettleConfig, options: RecordOptions) -> Any:
-    from devices.desktop.record_config import DesktopRecordConfig
     from devices.desktop.recorder import DesktopRecorder
 
-    return DesktopRecorder(section, DesktopRecordConfig(pause_keys=options.pause_key, stop_keys=options.stop_key))
+    record = options.settings or DesktopRecordConfig()
+    record = replace(record, pause_keys=options.pause_key or record.pause_keys,
+                     stop_keys=options.stop_key or record.stop_keys)
+    return DesktopRecorder(section, record)
 
 
 def _screens(section: DesktopConfig) -> list[str]:
@@ -45,5 +50,6 @@ def _requirements() -> list[Requirement]:
 
 DESKTOP = register_kind(DeviceKindSpec(
     name="desktop", summary=DESKTOP_SUMMARY, config=DesktopConfig, build=_build, actions=DESKTOP_ACTIONS,
-    screens=_screens, requirements=_requirements, recorder=_recorder, one_per_process=True, reads_elements=False,
+    screens=_screens, requirements=_requirements, recorder=_recorder, record_config=DesktopRecordConfig,
+    one_per_process=True, reads_elements=False,
     start_hint="Open the settings"))

@@ -53,12 +53,13 @@ class DesktopRecordConfig:
     scroll_gap_s: float = 0.5
     """Wheel clicks in one direction with gaps under this are one scroll."""
     type_idle_s: float = 1.5
-    """Typed text is committed as one ``type`` action after this long without a key (or on Enter, Tab, a
+    """Typed text is committed as one type action after this long without a key (or on Enter, Tab, a
     click, a hotkey or a focus change)."""
     pause_keys: tuple[str, ...] | str = ("Control", "Alt", "p")
-    """Pauses recording; pressed again, resumes (the gap is one ``wait`` step with ``paused_s``)."""
+    """Pauses recording; pressed again, resumes (the gap is one wait step with paused_s): modifiers and one key, as a
+    list of key names or "ctrl+alt+p"."""
     stop_keys: tuple[str, ...] | str = ("Control", "Alt", "s")
-    """Ends the recording."""
+    """Ends the recording: the person says the task is done (written as pause_keys is)."""
     accessibility: bool = True
     """Ask the accessibility tree (AT-SPI) for the element under a click, where it is available."""
     mask_text: bool = False
@@ -66,21 +67,21 @@ class DesktopRecordConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.fps <= 120:
-            raise ValueError(f"record fps={self.fps} must be in 1..120")
+            raise ValueError(f"fps={self.fps} must be in 1..120")
         if self.ring_frames < 2:
-            raise ValueError(f"record ring_frames={self.ring_frames} must be at least 2")
+            raise ValueError(f"ring_frames={self.ring_frames} must be at least 2")
         for name in ("double_click_s", "long_press_s", "scroll_gap_s", "type_idle_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"record {name}={getattr(self, name)} must be positive")
+                raise ValueError(f"{name}={getattr(self, name)} must be positive")
         if self.double_click_px < 0 or self.drag_px < 0:
-            raise ValueError("record double_click_px and drag_px must be >= 0")
+            raise ValueError("double_click_px and drag_px must be >= 0")
         if self.pause_combo == self.stop_combo:
             raise ValueError(f"the pause and stop keys are both {self.stop_combo.describe()}; choose two")
 
     @property
     def pause_combo(self) -> Combo:
-        return parse_combo(self.pause_keys, "record pause_keys")
+        return parse_combo(self.pause_keys, "pause_keys")
 
     @property
     def stop_combo(self) -> Combo:
-        return parse_combo(self.stop_keys, "record stop_keys")
+        return parse_combo(self.stop_keys, "stop_keys")

@@ -1,4 +1,4 @@
-"""The web device's settings and the URLs it may open (``devices/web/device.py``)."""
+"""The web device's settings, its recorder's, and the URLs it may open (``devices/web/device.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from devices.errors import NavigationError
+from devices.keys import normalize_key
 
 URL_SCHEMES = ("http", "https", "file", "about", "data")
 
@@ -44,6 +45,36 @@ class WebConfig:
             raise ValueError(f"web.frame_scale={self.frame_scale!r} must be 'device' or 'css'")
         if self.navigation_timeout_s <= 0 or self.action_timeout_s <= 0:
             raise ValueError("web timeouts must be positive seconds")
+
+
+MODIFIERS = frozenset({"Control", "Alt", "Shift", "Meta"})
+
+
+def check_hotkey(text: str, what: str) -> frozenset[str]:
+    """``"Control+Alt+p"`` as its canonical key names; ValueError naming ``what`` unless it is modifiers and one
+    key (a key alone would be typing)."""
+    try:
+        names = [normalize_key(k) for k in str(text).replace(" ", "").split("+") if k]
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    if sum(n not in MODIFIERS for n in names) != 1 or not any(n in MODIFIERS for n in names):
+        raise ValueError(f"{what}={text!r} must be modifiers (Control, Alt, Shift, Meta) and one key, e.g. "
+                         "Control+Alt+p: a key alone would be recorded as typing")
+    return frozenset(n.lower() for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class WebRecordConfig:
+    """How ``agent record`` reads a person in the browser (``WebRecorder``): its pause and stop keys."""
+
+    pause_key: str = "Control+Alt+p"
+    """Pauses recording; pressed again, resumes (the gap is one wait step with paused_s): modifiers and one key."""
+    stop_key: str = "Control+Alt+s"
+    """Ends the recording: the person says the task is done."""
+
+    def __post_init__(self) -> None:
+        if check_hotkey(self.pause_key, "pause_key") == check_hotkey(self.stop_key, "stop_key"):
+            raise ValueError(f"the pause and stop keys are both {self.stop_key}; choose two")
 
 
 def check_url(url: str) -> str:

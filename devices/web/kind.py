@@ -9,7 +9,7 @@ from typing import Any
 from devices.registry import DeviceKindSpec, RecordOptions, Requirement, register_kind
 from devices.settle import SettleConfig
 from devices.web import WEB_ACTIONS
-from devices.web.config import WebConfig
+from devices.web.config import WebConfig, WebRecordConfig
 
 WEB_SUMMARY = "The web device (Chromium through Playwright)."
 
@@ -24,8 +24,10 @@ def _recorder(section: WebConfig, settle: SettleConfig, options: RecordOptions) 
     from devices.web import PlaywrightDevice, check_url
     from devices.web.recorder import WebRecorder
 
+    keys = options.settings or WebRecordConfig()
+    keys = replace(keys, pause_key=options.pause_key or keys.pause_key, stop_key=options.stop_key or keys.stop_key)
     device = PlaywrightDevice(replace(section, headless=options.headless), settle)
-    return WebRecorder(device, check_url(options.url), pause_key=options.pause_key, stop_key=options.stop_key)
+    return WebRecorder(device, check_url(options.url), pause_key=keys.pause_key, stop_key=keys.stop_key)
 
 
 def _screens(section: WebConfig) -> list[str]:
@@ -57,4 +59,4 @@ def _requirements() -> list[Requirement]:
 
 WEB = register_kind(DeviceKindSpec(
     name="web", summary=WEB_SUMMARY, config=WebConfig, build=_build, actions=WEB_ACTIONS, screens=_screens,
-    requirements=_requirements, recorder=_recorder, opens_url=True))
+    requirements=_requirements, recorder=_recorder, record_config=WebRecordConfig, opens_url=True))

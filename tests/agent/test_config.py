@@ -214,3 +214,45 @@ def test_the_image_token_check_can_be_turned_off_from_the_command_line():
     assert build_model_policy(load_config(None, [*served, "model.check_image_tokens=false"])
                               ).backend.check_image_tokens is False
     assert build_model_policy(load_config(None, served)).backend.check_image_tokens is True
+
+
+def test_each_recorder_s_settings_are_a_section_settable_with_set(tmp_path):
+    """[web_record], [desktop_record], [android_record] (the registry's record_config per kind), from a file and
+    --set; what a run folder's run.json keeps reads back; a bad value names the section and the rule."""
+
+    from devices.android.gestures import AndroidRecordOptions
+    from devices.desktop.record_config import DesktopRecordConfig
+    from devices.web.config import WebRecordConfig
+
+    assert {k: type(v) for k, v in Config().recorders.items()} == {
+        "web": WebRecordConfig, "desktop": DesktopRecordConfig, "android": AndroidRecordOptions}
+    path = tmp_path / "c.toml"
+    path.write_text('[desktop_record]\nmask_text = true\npause_keys = ["Control", "Shift", "p"]\n'
+                    '[android_record]\nlong_press_s = 0.7\n')
+    cfg = load_config(path, ['desktop_record.stop_keys="ctrl+shift+q"', "device.kind=desktop"])
+    assert cfg.record_settings() == DesktopRecordConfig(mask_text=True, pause_keys=("Control", "Shift", "p"),
+                                                        stop_keys="ctrl+shift+q")
+    assert cfg.record_settings("android") == AndroidRecordOptions(long_press_s=0.7)
+    assert cfg.record_settings("web") == WebRecordConfig()
+    saved = tmp_path / "saved.toml"
+    import json
+
+    saved.write_text("\n".join(f"[{name}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+                               for name, values in cfg.to_dict().items() if name.endswith("_record")))
+    assert load_config(saved).recorders == cfg.recorders
+    with pytest.raises(ConfigError, match=r"\[android_record\] scroll_axis_ratio=2.0 must be at least 1 and "
+                                          r"keyboard_fraction=1.5 within \(0, 1\)"):
+        load_config(None, ["android_record.keyboard_fraction=1.5"])
+    with pytest.raises(ConfigError, match=r"desktop_record.pause_keys must be a list of strings or str, got 5"):
+        load_config(None, ["desktop_record.pause_keys=5"])
+
+
+def test_demonstrations_go_to_runs_demos_unless_told_otherwise():
+    from pathlib import Path
+
+    assert load_config(None).record.demos_folder() == Path("runs/demos")
+    assert load_config(None, ['record.runs_dir="/data/runs"']).record.demos_folder() == Path("/data/runs/demos")
+    assert load_config(None, ['record.demos_dir="mine"']).record.demos_folder() == Path("mine")
+    assert load_config(None).record.runs_dir == "runs"  # agent run's folder is unchanged
+    with pytest.raises(ConfigError, match="demos_dir must name a folder"):
+        load_config(None, ['record.demos_dir=""'])

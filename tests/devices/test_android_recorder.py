@@ -457,3 +457,84 @@ def test_a_phone_that_cannot_record_says_what_is_missing(adb_port, access, words
     for word in words:
         assert word in message, message
     stopped_listening(phone)
+
+
+def test_agent_record_pauses_resumes_and_ends_from_the_terminal(adb_port, tmp_path, monkeypatch, capsys):
+    """`agent record --device android:SERIAL` on the test phone, its terminal a pipe a program writes to: ``p`` and
+    Enter pauses (nothing of the pause is recorded), ``p`` and Enter again resumes, Enter alone ends the recording as
+    claimed; the pause is one wait step with ``paused_s``, as the web and desktop pause keys make. The recorder's
+    settings come from ``--set android_record.KEY=...``."""
+    import os
+    import sys
+
+    from agent.cli import main as agent_main
+    from envs.trajectory import iter_episodes
+    from tests.devices.test_android import _connect, _disconnect
+    from tests.support.fake_adbd import FakeAdbd
+    from tests.support.person import play_once_started
+
+    phone = FakePhone(physical=(W, H))
+    read, write = os.pipe()
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read, "r"))
+
+    def until(what: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while not what():
+            assert time.monotonic() < deadline, "the terminal's line was not acted on"
+            time.sleep(0.02)
+
+    def person(recorder: AndroidRecorder) -> None:
+        def terminal(line: str) -> None:
+            os.write(write, f"{line}\n".encode())
+
+        assert recorder.options.frame_interval_s == 0.05 and recorder.options.dump_interval_s == 0.1
+        settle(phone); phone.finger.tap(180, 400)        # Count
+        settle(phone); terminal("p")
+        until(lambda: recorder.paused)
+        time.sleep(0.3)                                  # the capture and dump under way end
+        captures, dumps = phone.captures, phone.dumps
+        phone.finger.tap(180, 400)
+        phone.finger.tap(180, 160)                       # opens Notes: private
+        time.sleep(0.5)
+        assert (phone.captures, phone.dumps) == (captures, dumps)
+        terminal(" P ")
+        until(lambda: not recorder.paused)
+        settle(phone); phone.finger.key("KEY_BACK")
+        settle(phone); terminal("")
+
+    async def play(recorder: AndroidRecorder) -> None:
+        await asyncio.to_thread(person, recorder)
+
+    errors = play_once_started(monkeypatch, play)
+    with FakeAdbd(phone) as adbd:
+        _connect(adb_port, adbd)
+        try:
+            code = agent_main(["record", "Count once", "--device", f"android:{adbd.address}", "--runs-dir",
+                               str(tmp_path), "--set", f"android.adb_port={adb_port}", "--set",
+                               "android.start_server=false", "--set", "android_record.frame_interval_s=0.05", "--set",
+                               "android_record.dump_interval_s=0.1"])
+        finally:
+            _disconnect(adb_port, adbd)
+            os.close(write)
+    out = " ".join(capsys.readouterr().out.split())
+    assert not errors and code == 0, (errors, out)
+    assert "p and Enter here pauses and resumes" in out and "Enter here" in out and "browser" not in out
+    assert "paused: nothing is recorded" in out and "recording again" in out
+    (run,) = tmp_path.iterdir()
+    (episode,) = iter_episodes(run)
+    assert episode.record.outcome.value == "claimed"
+    assert [s.action["kind"] for s in episode.steps] == ["click", "wait", "back", "finish"]
+    click, wait, back, _ = episode.steps
+    assert 0.8 <= wait.info["env_info"]["demo"]["paused_s"] <= 20
+    assert episode.record.policy["recorder"]["options"]["frame_interval_s"] == 0.05
+    assert phone.counter == 2 and phone.screen == "home"
+
+
+def test_agent_record_on_a_phone_refuses_pause_and_stop_keys():
+    from agent.cli import record as record_command
+    from agent.cli import build_parser
+    from agent.config import load_config
+
+    args = build_parser().parse_args(["record", "Do it", "--device", "android", "--stop-key", "Control+Alt+q"])
+    with pytest.raises(ValueError, match="p and Enter in the terminal"):
+        record_command.make_recorder(load_config(None, ["device.kind=android"]), args)

@@ -539,3 +539,59 @@ def test_a_desktop_demonstration_is_written_as_an_episode(app, xvfb, tmp_path):
     assert 0.25 <= wait.info["env_info"]["demo"]["paused_s"] < 2
     assert all(s.frame_size == (SW, SH) and (episode.path / s.frame_path).exists() for s in episode.steps)
     assert episode.record.policy["recorder"]["kind"] == "desktop"
+
+
+def test_agent_record_takes_the_desktop_record_section_and_its_flags(app, xvfb, tmp_path, monkeypatch, capsys):
+    """`agent record --device desktop --set desktop_record.mask_text=true`: the DesktopRecorder gets the section, so
+    the typed text is written masked; --pause-key wins over the section's pause keys (and its stop keys stay)."""
+    from agent.cli import main as agent_main
+    from envs.trajectory import iter_episodes
+    from tests.support.person import play_once_started
+
+    settings: list[DesktopRecordConfig] = []
+
+    def person() -> None:
+        xdo("mousemove", "170", "115", "click", "1")
+        type_text("hunter22")
+        xdo("key", "Return")
+        app.value("entry", "hunter22")
+        xdo("key", "ctrl+alt+k")  # --pause-key
+        time.sleep(0.3)
+        xdo("key", "ctrl+alt+k")
+        time.sleep(0.1)
+        xdo("key", "ctrl+shift+q")  # the section's stop keys
+
+    async def play(recorder: DesktopRecorder) -> None:
+        settings.append(recorder.record)
+        await asyncio.to_thread(person)
+
+    errors = play_once_started(monkeypatch, play)
+    code = agent_main(["record", "Sign in", "--device", "desktop", "--runs-dir", str(tmp_path), "--pause-key",
+                       "ctrl+alt+k", "--set", f"desktop.display={xvfb}", "--set", "desktop_record.mask_text=true",
+                       "--set", 'desktop_record.pause_keys="ctrl+alt+F8"', "--set",
+                       'desktop_record.stop_keys=["Control", "Shift", "q"]', "--set", "desktop_record.fps=20"])
+    out = capsys.readouterr().out
+    assert not errors and code == 0, (errors, out)
+    (record,) = settings
+    assert record.mask_text and record.fps == 20 and record.pause_combo.describe() == "Control+Alt+k"
+    assert record.stop_combo.describe() == "Control+Shift+q" and "Control+Shift+q" in out
+    (episode,) = iter_episodes(next(tmp_path.iterdir()))
+    assert [s.action["kind"] for s in episode.steps] == ["click", "type", "key", "wait", "finish"]
+    typed = episode.steps[1]
+    assert typed.action["text"] == "••••••" and "hunter22" not in (episode.path / "steps.jsonl").read_text()
+    assert episode.record.policy["recorder"]["pause_keys"] == "Control+Alt+k"
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("desktop_record.mask_text=maybe", ["desktop_record.mask_text must be bool", "'maybe'"]),
+    ("desktop_record.fps=500", ["[desktop_record]", "fps=500.0 must be in 1..120"]),
+    ('desktop_record.stop_keys="q"', ["[desktop_record]", "stop_keys='q' must be modifiers", "and one key"]),
+    ("desktop_record.mask_txt=true", ["unknown option desktop_record.mask_txt", "did you mean 'mask_text'?"]),
+])
+def test_a_bad_desktop_record_setting_is_a_clear_error(setting, words, capsys):
+    from agent.cli import main as agent_main
+
+    assert agent_main(["record", "Sign in", "--device", "desktop", "--set", setting]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    for word in words:
+        assert word in out, out

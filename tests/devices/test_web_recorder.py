@@ -281,3 +281,44 @@ def test_closing_the_browser_ends_the_recording_as_done(tmp_path, pages):
     episode = read_episode(writer.path)
     assert [s.action["kind"] for s in episode.steps] == ["click", "finish"]
     assert episode.frame(episode.steps[-1]).shape == (H, W, 3)  # the last screen the page showed
+
+
+def test_agent_record_takes_the_web_record_section_and_its_flags(tmp_path, pages, monkeypatch, capsys):
+    """`--set web_record.pause_key=...` reaches the WebRecorder of `agent record`, and --stop-key wins over the
+    section's stop key: the default stop key is then an ordinary hotkey, the given one ends the recording as claimed;
+    a key that is not modifiers and one key is refused before the browser opens."""
+    from agent.cli import main as agent_main
+    from envs.trajectory import iter_episodes
+    from tests.support.person import play_once_started
+
+    keys: list[tuple[str, str]] = []
+
+    async def play(recorder: WebRecorder) -> None:
+        keys.append((recorder.interpreter.pause_key, recorder.interpreter.stop_key))
+        page = recorder.device.page
+        ok = _centre(await _box(page, "#ok"))
+        await page.mouse.click(*ok)
+        await asyncio.sleep(0.6)
+        await page.keyboard.press("Control+Shift+y")  # the section's pause key
+        await page.mouse.click(*ok)  # private
+        await asyncio.sleep(0.5)
+        await page.keyboard.press("Control+Shift+y")
+        await page.keyboard.press("Control+Alt+s")  # not the stop key here
+        await asyncio.sleep(0.3)
+        await page.keyboard.press("Control+Shift+x")
+
+    errors = play_once_started(monkeypatch, play)
+    code = agent_main(["record", "Press OK", "--url", pages.url("main.html"), "--headless", "--runs-dir", str(tmp_path),
+                       "--stop-key", "Control+Shift+x", "--set", 'web_record.pause_key="Control+Shift+y"', "--set",
+                       'web_record.stop_key="Control+Shift+z"'])
+    out = capsys.readouterr().out
+    assert not errors and code == 0, (errors, out)
+    assert keys == [("Control+Shift+y", "Control+Shift+x")]
+    (episode,) = iter_episodes(next(tmp_path.iterdir()))
+    assert episode.record.outcome is Outcome.CLAIMED
+    assert [s.action["kind"] for s in episode.steps] == ["click", "wait", "hotkey", "finish"]
+    assert episode.steps[2].action["keys"] == ["Control", "Alt", "s"]
+
+    assert agent_main(["record", "Press OK", "--headless", "--set", 'web_record.pause_key="p"']) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[web_record] pause_key='p' must be modifiers (Control, Alt, Shift, Meta) and one key" in out, out
