@@ -11,7 +11,7 @@ Marks: an HTML comment on the line just before the opening fence (invisible when
 the block needs. Items are separated by ``;``:
 
     <!-- needs: gpu -->                    skipped, reported with the reason; kinds: gpu, phone, server, download,
-    <!-- needs: gpu, download (why) -->    network, display, person, long (more than the slow suite's time);
+    <!-- needs: gpu, download (why) -->    network, display, person, long (more than the slow suite's time), lan;
                                            text in parentheses is added to the reason
     <!-- slow -->                          run in the slow suite only (``make test-all``; ``-m slow``)
     <!-- skip: why -->                     never run (``make test`` itself)
@@ -44,7 +44,7 @@ from tests.support import procs
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 COMMANDS = frozenset({"agent", "make", "python", "python3", "pip", "vllm", "curl", "accelerate", "tensorboard", "hf",
-                      "xvfb-run", "Xvfb"})
+                      "xvfb-run", "Xvfb", "mkdir", "chmod", "openssl", "mosquitto_passwd", "sudo"})
 NEEDS = {
     "gpu": "needs a CUDA GPU",
     "phone": "needs an Android phone (adb)",
@@ -54,6 +54,7 @@ NEEDS = {
     "display": "needs an X display of your own",
     "person": "needs a person at the screen",
     "long": "takes longer than the slow suite allows a test: run it by hand",
+    "lan": "needs two machines on a network (tests/agent/fleet/test_two_machines.py runs docs/fleet.md's on loopback)",
 }
 FAST_S, SLOW_S = 120, 600
 MARK = re.compile(r"<!--(.*?)-->\s*$")

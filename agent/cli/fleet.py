@@ -89,17 +89,22 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _status(broker: Any, key: bytes | None, wait: float, as_json: bool) -> int:
+    from agent.errors import FleetError
     from agent.fleet.mqtt import MqttTransport
     from agent.fleet.status import status_rows, status_table
 
     transport = MqttTransport(broker, role="observer", key=key).start()
     try:
+        transport.wait_admitted(max(wait, 5.0))
         if not transport.wait_connected(max(wait, 5.0)):
             print_error(f"cannot reach the broker {broker.url}; is it running, and are the address, password and "
                         f"CA right?")
             return EXIT_UNREACHABLE
         time.sleep(wait)  # retained messages arrive right after the subscription
         statuses, policy = transport.statuses(), transport.policy()
+    except FleetError as exc:  # refused: a wrong user or password, or a certificate that does not verify
+        print_error(str(exc))
+        return EXIT_UNREACHABLE
     finally:
         transport.close(flush_s=0)
     rows = status_rows(statuses, now=time.time())

@@ -5,7 +5,9 @@
 
 It is ``agent train --online`` without local actors: the same settings, run folder, checkpoints, ``--resume`` and
 progress line, with an MQTT transport (``agent.fleet.mqtt``) and an HTTP server for its adapter versions
-(``agent.fleet.versions``). ``agent.online`` is imported only when the session starts.
+(``agent.fleet.versions``). ``agent.online`` is imported only when the session starts. The flags of ``agent train
+--online`` that configure its local actors (``FOR_ACTORS``) are refused, saying where they belong; a broker that
+refuses the learner's user or password, or whose certificate does not verify, stops it at start.
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ from agent.cli.common import add_set_option, print_error
 from agent.cli.fleet import add_bus_arguments, bus_settings
 
 NAME = "learner"
+
+FOR_ACTORS = {
+    "online": "agent learner is always an online session: leave out --online",
+    "devices": "agent learner has no actors of its own: start one agent actor per device, on any machine "
+               "(agent actor --device web|desktop|android:SERIAL ...; docs/fleet.md)",
+    "device_kind": "the device kind is each actor's: agent actor --device KIND[:ADDRESS] ... (docs/fleet.md)",
+}
+"""The flags of ``agent train --online`` (``train_online.add_arguments``) that mean nothing for a learner, by
+attribute name, with where they belong. Every other flag of that group is the learner's too."""
 
 
 def add_parser(sub: Any) -> None:
@@ -62,6 +73,10 @@ def main(args: argparse.Namespace) -> int:
     from agent.online import OnlineError
     from train.errors import CheckpointError
 
+    given = [f"--{dest.replace('_', '-')}: {where}" for dest, where in FOR_ACTORS.items()
+             if getattr(args, dest, None) not in (None, False)]
+    if given:
+        return print_error("; ".join(given))
     args.online = True
     try:
         config, online = train_online.session_settings(args)
@@ -70,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
         allow = tuple(check_actor_name(a.strip()) for a in args.actors.split(",") if a.strip())
     except (ConfigError, OnlineError, FleetError, CheckpointError, ValueError) as exc:
         return print_error(str(exc))
-    online = replace(online, remote_actors=True)
+    online = replace(online, remote_actors=True, devices=len(allow) or online.devices)  # the progress line's count
     try:
         server = VersionServer(Path(config.train.run_dir) / "adapters", host=host, port=port,
                                advertise=args.advertise).start()
@@ -78,6 +93,12 @@ def main(args: argparse.Namespace) -> int:
         return print_error(f"the version server cannot listen on {args.serve}: {exc.strerror or exc}; choose "
                            f"another --serve HOST:PORT")
     transport = MqttTransport(broker, role="learner", key=key, allow=allow, announce_url=server.url).start()
+    try:
+        transport.wait_admitted()
+    except FleetError as exc:
+        transport.close(flush_s=0)
+        server.stop()
+        return print_error(str(exc))
     try:
         code = train_online.run_session(args, config, online, transport=transport)
     finally:

@@ -12,6 +12,8 @@ curriculum's hard-task replay is an in-process feature; a fleet learner does not
 Backpressure: the actor pauses while ``max_pending`` messages wait in its spool (the broker is away or slow),
 so a long outage fills the spool slowly, not at full speed; a full spool stops the actor with ``SpoolFull``.
 Every status it publishes says which device it drives, on which host, its steps/s, refused versions and spool size.
+A broker that refuses its user or password, or whose certificate does not verify, stops it at start, before the
+model loads (``MqttTransport.wait_admitted``); one that cannot be reached is retried while the actor spools.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ class FleetActor:
                                        status_extras=self._status_extras, compress=o.compress).start()
         signals = StopSignals(lambda signum: self.stop("signal")).install()
         try:
+            await asyncio.to_thread(self.transport.wait_admitted)  # a refusal stops it before the model loads
             self.backend, model_policy, load = await asyncio.to_thread(self._build_model)
             clock = ReportingClock(self.run_dir / "adapters.jsonl")
             self.follower = AdapterFollower(self.backend, self.transport, clock, root=self.run_dir / "adapters",

@@ -16,7 +16,10 @@ One object per process, in one of three roles:
 
 The MQTT client runs in a thread of its own with its own event loop, so the interface is the same plain,
 thread-safe calls as ``InProcessTransport``'s: actors call it from their event loop, the learner from its thread. The
-connection is retried forever with a backoff (0.2 s doubling to 5 s) until ``close``.
+connection is retried forever with a backoff (0.2 s doubling to 5 s) until ``close``. A broker that refuses the client
+(a wrong user name or password, a user it does not know) or whose certificate does not verify against the CA is
+named as such (``refusal``, the log), and ``wait_admitted`` turns that answer to a first attempt into a
+``FleetError``: the commands stop at start with what to fix instead of retrying something that cannot work.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.errors import BadSignature
+from agent.errors import BadSignature, FleetError
 from agent.fleet.inbox import Inbox
 from agent.fleet.keys import sign, verify
-from agent.fleet.settings import BrokerConfig, Topics
+from agent.fleet.settings import PASSWORD_ENV, BrokerConfig, Topics
 from agent.fleet.spool import Spool
 from train.adapters import AdapterRef
 from train.errors import TransportClosed, TransportError
@@ -49,6 +52,36 @@ log = logging.getLogger(__name__)
 
 _CLOSED = object()
 ROLES = ("actor", "learner", "observer")
+REFUSED_CODES = frozenset({4, 5, 134, 135, 138, 140})
+"""CONNACK codes that refuse the client's credentials: MQTT 3.1.1's 4 (bad user name or password) and 5 (not
+authorised), and the MQTT 5 codes paho reports for them (134, 135), banned (138), bad authentication method (140).
+Retrying with the same credentials cannot help."""
+
+
+def refusal(exc: BaseException, broker: BrokerConfig) -> str | None:
+    """What to fix when a failed connection (``exc``, an ``aiomqtt.MqttError``) is the broker refusing this client, or
+    its certificate not verifying; None for a failure that retrying may cure (no route, a closed port, a broker that
+    restarts)."""
+    import aiomqtt
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    rc = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
+    if (rc.value if isinstance(rc, ReasonCode) else rc) in REFUSED_CODES:
+        who = f"user {broker.username!r}" if broker.username else "a client without a user name (give one: USER@HOST)"
+        password = ("with the password given" if broker.password else
+                    f"without a password (none in ${PASSWORD_ENV} or --password-file)")
+        return (f"the broker {broker.url} refused {who} {password} ({exc}); check the user name, its password and "
+                f"that the broker's password_file has that user (mosquitto_passwd; docs/fleet.md, Two machines)")
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        fix = (f"is the broker's certificate signed by {broker.ca_file}, and does its subjectAltName name "
+               f"{broker.host}?" if broker.ca_file else
+               "give the CA certificate that signed it with --ca FILE")
+        return (f"the certificate of the broker {broker.host}:{broker.port} does not verify ({exc}): {fix} "
+                f"(docs/fleet.md, Two machines)")
+    if "WRONG_VERSION_NUMBER" in str(exc):
+        return (f"{broker.host}:{broker.port} does not speak TLS ({exc}): use mqtt:// for a plain listener, or the "
+                f"port of the broker's TLS listener")
+    return None
 
 
 class MqttTransport:
@@ -80,6 +113,9 @@ class MqttTransport:
         self._retained: dict[str, bytes] = {}
         self._closed = False
         self._connected = threading.Event()
+        self._answered = threading.Event()
+        """Set when a connection attempt has ended, either way."""
+        self._refusal: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -107,6 +143,22 @@ class MqttTransport:
 
     def wait_connected(self, timeout: float) -> bool:
         return self._connected.wait(timeout)
+
+    @property
+    def refusal(self) -> str | None:
+        """What the broker's last refusal says to fix (module docstring); None while connected, or when the last
+        failure was one retrying may cure."""
+        with self._lock:
+            return self._refusal
+
+    def wait_admitted(self, timeout: float = 15.0) -> None:
+        """Wait for the first connection attempt's answer (at most ``timeout`` seconds); ``FleetError`` saying what
+        to fix when the broker refused the client or its certificate did not verify. A broker that cannot be reached
+        is not an error here: the connection is retried in the background, and an actor spools meanwhile."""
+        self._answered.wait(timeout)
+        why = self.refusal
+        if why and not self.connected:
+            raise FleetError(why)
 
     @property
     def closed(self) -> bool:
@@ -275,12 +327,15 @@ class MqttTransport:
     async def _main(self) -> None:
         import aiomqtt
 
-        backoff, ever = 0.2, False
+        backoff, ever, told = 0.2, False, ""
         assert self._stop is not None
         while not self._stop.is_set():
             try:
                 async with self._client(aiomqtt) as client:
+                    with self._lock:
+                        self._refusal = None
                     self._connected.set()
+                    self._answered.set()
                     self._count("reconnects" if ever else "connects")
                     if ever:
                         log.info("%s reconnected to %s", self.client_id, self.broker.url)
@@ -293,8 +348,19 @@ class MqttTransport:
                 if self._stop.is_set():
                     break
                 self._count("connection_errors")
-                log.warning("%s: broker %s unreachable (%s); retrying in %.1f s%s", self.client_id, self.broker.url,
-                            exc, backoff, f" ({len(self.spool)} messages spooled)" if self.spool is not None else "")
+                why = refusal(exc, self.broker)
+                with self._lock:
+                    self._refusal = why
+                first = not self._answered.is_set()
+                self._answered.set()
+                spooled = f" ({len(self.spool)} messages spooled)" if self.spool is not None else ""
+                if why:  # said once, from the second try: the first is wait_admitted's to tell
+                    if not first and why != told:
+                        log.error("%s: %s; retrying (up to every 5 s)%s", self.client_id, why, spooled)
+                        told = why
+                else:
+                    log.warning("%s: broker %s unreachable (%s); retrying in %.1f s%s", self.client_id,
+                                self.broker.url, exc, backoff, spooled)
                 try:
                     await asyncio.wait_for(self._stop.wait(), timeout=backoff)
                 except asyncio.TimeoutError:

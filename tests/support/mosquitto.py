@@ -10,6 +10,9 @@ anonymous clients, checks a password file (``mosquitto_passwd -b``) and applies 
 learner reads samples, episodes and statuses and writes the announcement; an actor writes only its own samples,
 episodes and status and reads only the announcement.
 
+``Mosquitto(tmp_path, conf=TEXT, port=PORT)`` runs a configuration written elsewhere instead (docs/fleet.md's,
+listening on ``PORT``: tests/agent/fleet/test_two_machines.py).
+
 ``TcpProxy(target_port)`` forwards a loopback port to the broker; ``cut()`` closes every connection and refuses new
 ones (an actor whose network went away), ``heal()`` lets them through again. Nothing here talks to any address but
 127.0.0.1.
@@ -54,7 +57,7 @@ class Mosquitto:
     """A private broker (see the module docstring)."""
 
     def __init__(self, folder: Path, *, secure: bool = False, users: dict[str, str] | None = None,
-                 prefix: str = "handeye/test", port: int = 0) -> None:
+                 prefix: str = "handeye/test", port: int = 0, conf: str = "") -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -66,7 +69,10 @@ class Mosquitto:
         self.proc: subprocess.Popen[bytes] | None = None
         self.ca = self.folder / "ca.crt"
         self.config = self.folder / "mosquitto.conf"
-        self._write_config()
+        if conf:
+            self.config.write_text(conf)
+        else:
+            self._write_config()
 
     @property
     def url(self) -> str:
@@ -100,7 +106,7 @@ class Mosquitto:
         f = self.folder
         run = lambda *a: procs.run(a, check=True, capture_output=True, cwd=f, timeout=60)  # noqa: E731
         run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", "ca.key",
-            "-out", "ca.crt", "-subj", "/CN=handeye test CA")
+            "-out", "ca.crt", "-subj", "/CN=handeye test CA", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
         run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
             "-subj", "/CN=127.0.0.1")
         (f / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")

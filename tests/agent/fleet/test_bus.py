@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import FleetError
 from agent.fleet.keys import KEY_ENV, sign
 from agent.fleet.mqtt import MqttTransport
 from agent.fleet.settings import parse_broker
@@ -213,6 +214,11 @@ def test_tls_passwords_and_the_acl_hold(tmp_path):
         wrong = connect("a1", "guess")
         no_ca = connect("a1", "a1-pw", ca=False)
         assert not wrong.wait_connected(2) and not no_ca.wait_connected(0.5)  # refused; unverified server
+        with pytest.raises(FleetError, match="refused user 'a1' with the password given"):
+            wrong.wait_admitted(5)
+        with pytest.raises(FleetError, match="does not verify .* give the CA certificate that signed it with --ca"):
+            no_ca.wait_admitted(5)
+        learner.wait_admitted(0)  # admitted: nothing to say
         a1 = connect("a1", "a1-pw")
         assert a1.wait_connected(10)
         a1.set_status(ActorStatus("a1", "running", at=time.time()))

@@ -194,8 +194,32 @@ def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monke
     assert main(["learner", "--broker", "mqtt://127.0.0.1:9", "--env", "generated/click", "--actors", "ok,no/pe",
                  *tiny]) == 2
     assert "topic level" in capsys.readouterr().out
+    for flag, where in ((["--devices", "3"], "--devices: agent learner has no actors of its own: start one agent "
+                                            "actor per device"),
+                        (["--device-kind", "android"], "--device-kind: the device kind is each actor's: agent actor "
+                                                       "--device KIND[:ADDRESS]"),
+                        (["--online"], "--online: agent learner is always an online session")):
+        assert main(["learner", "--broker", "mqtt://127.0.0.1:9", "--env", "generated/click", *flag, *tiny]) == 2
+        assert where in " ".join(capsys.readouterr().out.split())
     assert not (tmp_path / "runs").exists()  # nothing was started
     assert main(["fleet", "key", str(tmp_path / "k")]) == 0 and main(["fleet", "key", str(tmp_path / "k")]) == 2
+
+
+def test_every_flag_agent_learner_takes_from_agent_train_online_is_its_own_or_refused():
+    """A flag added to ``train_online.add_arguments`` is either one the learner reads or one of ``FOR_ACTORS``
+    (refused, saying where it belongs): never accepted and ignored."""
+    import argparse
+    import re
+
+    from agent.cli import train_online
+    from agent.cli.learner import FOR_ACTORS
+
+    parser = argparse.ArgumentParser()
+    train_online.add_arguments(parser)
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", parser.format_help())) - {"--help"}
+    learners = {"--env", "--group-level", "--max-policy-lag", "--group-timeout", "--minutes", "--demos", "--demo-share"}
+    refused = {f"--{dest.replace('_', '-')}" for dest in FOR_ACTORS}
+    assert flags == learners | refused, flags ^ (learners | refused)
 
 
 def test_agent_help_does_not_import_the_mqtt_client():
