@@ -24,14 +24,18 @@ from agent.cli.fleet import add_bus_arguments, bus_settings
 
 NAME = "learner"
 
+_NO_ACTORS = ("agent learner has no actors of its own: start one agent actor per device, on any machine "
+              "(agent actor --device KIND[:ADDRESS] ...; docs/fleet.md)")
 FOR_ACTORS = {
-    "online": "agent learner is always an online session: leave out --online",
-    "devices": "agent learner has no actors of its own: start one agent actor per device, on any machine "
-               "(agent actor --device web|desktop|android:SERIAL ...; docs/fleet.md)",
-    "device_kind": "the device kind is each actor's: agent actor --device KIND[:ADDRESS] ... (docs/fleet.md)",
+    "online": ("--online", "agent learner is always an online session: leave out --online"),
+    "actors": ("--parallel", _NO_ACTORS),
+    "old_devices": ("--devices", _NO_ACTORS),
+    "device": ("--device", "the device is each actor's: agent actor --device KIND[:ADDRESS] ... (docs/fleet.md)"),
+    "device_kind": ("--device-kind", "the device kind is each actor's: agent actor --device KIND[:ADDRESS] ... "
+                                     "(docs/fleet.md)"),
 }
 """The flags of ``agent train --online`` (``train_online.add_arguments``) that mean nothing for a learner, by
-attribute name, with where they belong. Every other flag of that group is the learner's too."""
+attribute name: the flag and where it belongs. Every other flag of that group is the learner's too."""
 
 
 def add_parser(sub: Any) -> None:
@@ -54,7 +58,7 @@ def add_parser(sub: Any) -> None:
                     help="address the version server listens on (default 0.0.0.0:8765; port 0: any free one)")
     fl.add_argument("--advertise", default="", metavar="URL",
                     help="the server's URL as actors reach it (default http://<this host's name>:PORT)")
-    fl.add_argument("--actors", default="", metavar="NAME,...",
+    fl.add_argument("--actors", dest="allow", default="", metavar="NAME,...",
                     help="accept samples only from these actors (default: any actor that has published its status)")
 
 
@@ -73,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     from agent.online import OnlineError
     from train.errors import CheckpointError
 
-    given = [f"--{dest.replace('_', '-')}: {where}" for dest, where in FOR_ACTORS.items()
+    given = [f"{flag}: {where}" for dest, (flag, where) in FOR_ACTORS.items()
              if getattr(args, dest, None) not in (None, False)]
     if given:
         return print_error("; ".join(given))
@@ -82,10 +86,10 @@ def main(args: argparse.Namespace) -> int:
         config, online = train_online.session_settings(args)
         broker, key = bus_settings(args)
         host, port = _serve_address(args.serve)
-        allow = tuple(check_actor_name(a.strip()) for a in args.actors.split(",") if a.strip())
+        allow = tuple(check_actor_name(a.strip()) for a in args.allow.split(",") if a.strip())
     except (ConfigError, OnlineError, FleetError, CheckpointError, ValueError) as exc:
         return print_error(str(exc))
-    online = replace(online, remote_actors=True, devices=len(allow) or online.devices)  # the progress line's count
+    online = replace(online, remote_actors=True, actors=len(allow) or online.actors)  # the progress line's count
     try:
         server = VersionServer(Path(config.train.run_dir) / "adapters", host=host, port=port,
                                advertise=args.advertise).start()

@@ -198,7 +198,9 @@ def test_the_commands_refuse_bad_settings_before_anything_starts(tmp_path, monke
                                             "actor per device"),
                         (["--device-kind", "android"], "--device-kind: the device kind is each actor's: agent actor "
                                                        "--device KIND[:ADDRESS]"),
-                        (["--online"], "--online: agent learner is always an online session")):
+                        (["--online"], "--online: agent learner is always an online session"),
+                        (["--parallel", "2"], "--parallel: agent learner has no actors of its own"),
+                        (["--device", "android:p1"], "--device: the device is each actor's")):
         assert main(["learner", "--broker", "mqtt://127.0.0.1:9", "--env", "generated/click", *flag, *tiny]) == 2
         assert where in " ".join(capsys.readouterr().out.split())
     assert not (tmp_path / "runs").exists()  # nothing was started
@@ -209,16 +211,15 @@ def test_every_flag_agent_learner_takes_from_agent_train_online_is_its_own_or_re
     """A flag added to ``train_online.add_arguments`` is either one the learner reads or one of ``FOR_ACTORS``
     (refused, saying where it belongs): never accepted and ignored."""
     import argparse
-    import re
 
     from agent.cli import train_online
     from agent.cli.learner import FOR_ACTORS
 
     parser = argparse.ArgumentParser()
     train_online.add_arguments(parser)
-    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", parser.format_help())) - {"--help"}
+    flags = {s for action in parser._actions for s in action.option_strings} - {"-h", "--help"}  # hidden ones too
     learners = {"--env", "--group-level", "--max-policy-lag", "--group-timeout", "--minutes", "--demos", "--demo-share"}
-    refused = {f"--{dest.replace('_', '-')}" for dest in FOR_ACTORS}
+    refused = {flag for flag, _ in FOR_ACTORS.values()}
     assert flags == learners | refused, flags ^ (learners | refused)
 
 
