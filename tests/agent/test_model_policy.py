@@ -171,7 +171,8 @@ def grounding_file(root: Path) -> Path:
 
 
 def agent(*args: str, code: int) -> str:
-    r = procs.run([sys.executable, "-m", "agent", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = procs.run([sys.executable, "-m", "agent", *args], cwd=REPO, env={**os.environ, "COLUMNS": "300"},
+                  capture_output=True, text=True, timeout=300)
     assert r.returncode == code, r.stdout + r.stderr
     return r.stdout + r.stderr
 
@@ -195,7 +196,8 @@ def test_a_trained_run_is_used_by_naming_its_folder(tmp_path):
               "--set", "rl.batch_prompts=1", "--set", "rl.max_new_tokens=8", "--set", "sft.batch_size=2",
               "--set", "train.steps=1", "--set", "eval.every=0", "--set", "log.progress=false",
               "--set", "log.tensorboard=false", "--set", "log.png=false", "--set", "filter.drop_all_correct=false"]
-    agent("train", *common, "--run-dir", str(tmp_path / "lora"), code=0)
+    said = agent("train", *common, "--run-dir", str(tmp_path / "lora"), code=0)
+    assert f'use them:    agent run "TASK" --policy transformers:{tmp_path / "lora"}' in said
     agent("train", *common, "--stage", "sft", "--set", 'model.finetune="full"', "--run-dir", str(tmp_path / "full"),
           code=0)
     lora = json.loads((tmp_path / "lora" / "adapter" / "handeye.json").read_text())

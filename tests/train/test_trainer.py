@@ -326,10 +326,12 @@ def test_a_lora_run_at_a_full_weight_rate_warns_at_start(tmp_path, data_file, ca
     # every run builds its learner in train.build.build_learner (the trainer of agent train, of an online session
     # and of agent learner): the warning comes from there, once
     cfg = config(tmp_path / "t", data_file, "rl.lr=1e-6")
+    expected = warn_lora_rate(cfg)
     backend = build_backend(cfg)
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="train.build"):
         Trainer(cfg, backend=backend, prompts=None, reward_fn=ascii_reward)
-    assert [r.getMessage() for r in caplog.records if r.name == "train.build"] == [warning("rl.lr=1e-6")]
+    assert [r.getMessage() for r in caplog.records if r.name == "train.build"] == [expected]
 
 
 def test_the_worked_config_learns_at_the_rate_of_its_fine_tuning_mode():
