@@ -417,7 +417,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             kwargs[name] = _build_section(name, sections[name], values)
         else:
             raise ConfigError(f"unknown config section [{name}]: {_closest(name, valid)}sections are {', '.join(valid)}")
-    return Config(devices=devices, recorders=recorders, **kwargs)
+    return _with_trained_settings(Config(devices=devices, recorders=recorders, **kwargs))
+
+
+def _with_trained_settings(cfg: Config) -> Config:
+    """``cfg`` with what a trained run recorded beside its weights filled in, when the model is loaded here and
+    ``model.id`` or ``model.adapter`` names such a run (``policy.trained``: base model, family, prompt variant,
+    pixel budget; a setting given explicitly wins)."""
+    if cfg.policy.kind != "transformers":
+        return cfg
+    from policy.trained import restore_trained
+
+    try:
+        model = restore_trained(cfg.model)
+    except ValueError as e:  # TrainedSettingsError, or a restored pixel budget that contradicts the one given
+        raise ConfigError(str(e)) from None
+    return cfg if model is cfg.model else dataclasses.replace(cfg, model=model)
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:

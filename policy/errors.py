@@ -8,6 +8,8 @@
     ├── UnknownModel          a model id with no preset and no --format (suggests the closest ids); also a KeyError
     ├── BackendError          the backend could not produce an answer (server down, timeout, HTTP error, garbage,
     │                         bad model files, a family the backend cannot run)
+    ├── TrainedSettingsError  a run's handeye.json (what its weights were trained with) that cannot be read or
+    │                         that disagrees with the settings given (``policy.trained``); also a ValueError
     ├── JsonError             a JSON value in a model answer that does not decode (``policy.formats.jsonscan``;
     │                         the parsers turn it into a FormatParseError with its position)
     └── NoAnswerForm          a family has no answer that writes an action or a target (SFT: the step is left out,
@@ -17,7 +19,7 @@
 from __future__ import annotations
 
 __all__ = ["BackendError", "CoordinateError", "FormatParseError", "JsonError", "NoAnswerForm", "PolicyError",
-           "PolicyParseError", "PolicyUnavailable", "UnknownModel"]
+           "PolicyParseError", "PolicyUnavailable", "TrainedSettingsError", "UnknownModel"]
 
 
 class PolicyError(Exception):
@@ -72,3 +74,7 @@ class JsonError(PolicyError):
 
 class NoAnswerForm(PolicyError, ValueError):
     """A model family cannot write an answer for this action or target (the message says why)."""
+
+
+class TrainedSettingsError(PolicyError, ValueError):
+    """A run's ``handeye.json`` that cannot be read, or that disagrees with the model settings given."""

@@ -58,7 +58,8 @@ class ModelPolicy:
     def describe(self) -> dict[str, Any]:
         p = self.preset
         return {"name": self.name, "model": p.model_id, "family": p.family, "version": p.version, "variant": p.variant,
-                "samples": self.n, "backend": self.backend.describe()}
+                "min_pixels": p.min_pixels, "max_pixels": p.max_pixels, "samples": self.n,
+                "backend": self.backend.describe()}
 
     def request(self, task: str, history: Sequence[HistoryEntry], observation: Observation, n: int | None = None,
                 ) -> tuple[GenerationRequest, ModelSpace]:

@@ -23,7 +23,7 @@ class ModelSettings:
     """Keys an older config file may use, and the key that holds their value now (the loader says so)."""
 
     id: str = ""
-    """Model: a Hugging Face id or a local folder (its preset gives the family, pixel budget and decoding); "tiny" builds the tiny random test model (training only)."""
+    """Model: a Hugging Face id or a local folder (its preset gives the family, pixel budget and decoding), or for agent run / eval the run folder of agent train (what it was trained with comes from the run, docs/training.md); "tiny" builds the tiny random test model (training only)."""
     format: str = ""
     """Model family for ids not in the preset registry (qwen2.5-vl, infigui-g1, gui-r1, ui-tars, ui-tars-1.5, ui-tars-v1)."""
     variant: str = ""
@@ -37,7 +37,7 @@ class ModelSettings:
     dtype: str = "auto"
     """Weights dtype (auto, bfloat16, float16, float32)."""
     adapter: str = ""
-    """A LoRA adapter folder loaded on the model (agent train: the adapter trained further, e.g. the SFT stage's)."""
+    """A LoRA adapter folder loaded on the model (agent run / eval: or the run folder that wrote it, whose base model, family, prompt variant and pixel budget then fill what is unset; agent train: the adapter trained further, e.g. the SFT stage's)."""
 
     def __post_init__(self) -> None:
         from policy.presets import FAMILY_DEFAULTS

@@ -390,3 +390,81 @@ def test_recording_md_records_where_its_training_command_reads(clone: Path, monk
     finally:
         for made in set((clone / "runs").iterdir()) - before if (clone / "runs").exists() else ():
             shutil.rmtree(made)
+
+
+WALKTHROUGH = ("training.md", "online.md", "fleet.md")
+"""The pages a newcomer follows in order to train and use a model: each continues the one before."""
+
+
+def _agent_words(command: str) -> list[str]:
+    """The agent subcommand and its arguments (``accelerate launch ... -m agent.cli train ...`` too), or []."""
+    words = shlex.split(strip_comment(command))
+    if words and first_word(command) == "agent":
+        return words[1:]
+    for i, w in enumerate(words[:-1]):
+        if w == "-m" and words[i + 1] in ("agent", "agent.cli"):
+            return words[i + 2:]
+    return []
+
+
+def _walk(command: str) -> tuple[str | None, bool, str, list[tuple[str, str]]]:
+    """What one command of the walkthrough does with run folders: (the folder it writes, None for a new
+    timestamped one or none at all; whether it continues that folder; what it leaves there, "adapter" or "model";
+    the paths it reads, each with what it must be: "run", "adapter", "model")."""
+    from agent.config import load_train_config, parse_override
+
+    words = _agent_words(command)
+    if not words:
+        lora = re.search(r"--lora-modules \S+?=(\S+)", command)  # vllm serve ... g1=runs/x/adapter
+        return None, False, "", [(lora.group(1), "adapter")] if lora else []
+    sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    flag = {w: words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
+            for i, w in enumerate(words) if w.startswith("--")}
+    if words[0] in ("train", "learner"):
+        cfg = load_train_config(REPO / flag["--config"] if "--config" in flag else None, sets)
+        run_dir = flag.get("--run-dir") or cfg.train.run_dir or None
+        resume = "--resume" in flag
+        if resume and flag["--resume"]:
+            run_dir = flag["--resume"]
+        reads = [(v, "model" if cfg.model.finetune == "full" or v.endswith("/model") else "run")
+                 for v in (cfg.model.id,) if v.startswith("runs/")]
+        reads += [(cfg.model.adapter, "adapter")] if cfg.model.adapter.startswith("runs/") else []
+        return run_dir, resume, "adapter" if cfg.model.finetune == "lora" else "model", reads
+    reads = [(flag["--adapter"], "adapter")] if flag.get("--adapter", "").startswith("runs/") else []
+    policy = flag.get("--policy", "")
+    if policy.startswith("transformers:runs/"):
+        reads.append((policy.removeprefix("transformers:"), "run"))
+    for text in sets:
+        section, key, value = parse_override(text)
+        if (section, key) == ("model", "adapter") and str(value).startswith("runs/"):
+            reads.append((str(value), "adapter"))
+    return None, False, "", reads
+
+
+def test_the_training_walkthrough_makes_every_folder_before_it_is_used():
+    """docs/training.md, then docs/online.md and docs/fleet.md, followed in order as written (the GPU commands
+    included): no new run goes into a folder an earlier command filled (a fresh run refuses one that holds
+    checkpoints, a new online session one that is not empty), and every run folder, adapter or model folder a
+    command loads or continues was written before, with the weights its fine-tuning mode leaves (a full fine-tune
+    writes model/, a LoRA run adapter/)."""
+    written: dict[str, str] = {}  # run folder -> "adapter" or "model"
+    problems = []
+    for block in (b for name in WALKTHROUGH for b in BLOCKS if b.doc.name == name):
+        for command in block.commands:
+            run_dir, resume, leaves, reads = _walk(command)
+            for path, kind in reads:
+                parts = path.rstrip("/").split("/")
+                run, sub = ("/".join(parts[:-1]), parts[-1]) if parts[-1] in ("adapter", "model") else (path, "")
+                has = written.get(run)
+                if has is None:
+                    problems.append(f"{block.where}: {path} is used before any command wrote {run}")
+                elif (sub and sub != has) or (kind in ("adapter", "model") and has != kind):
+                    problems.append(f"{block.where}: {path} is used as {kind}, but {run} holds {has}/")
+            if run_dir is None:
+                continue
+            if resume and run_dir not in written:
+                problems.append(f"{block.where}: --resume {run_dir}, which no earlier command wrote")
+            elif not resume and run_dir in written:
+                problems.append(f"{block.where}: a new run into {run_dir}, which an earlier command filled")
+            written[run_dir] = leaves
+    assert not problems, "\n".join(problems)

@@ -5,6 +5,7 @@ benchmarks build some parts themselves and pass them to ``Trainer``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,16 +21,19 @@ from train.data import GeneratedSource, GroundingSource, PromptSampler, RewardAd
 from train.data.actions import ActionSource
 from train.data.answers import answer_text
 from train.data.combine import Subset
-from train.learner import Learner
+from train.learner import DEFAULT_LR, Learner
 from train.reward_registry import get_reward
 from train.samples import RolloutPrompt
-from train.sft import SupervisedLearner
+from train.sft import DEFAULT_SFT_LR, SupervisedLearner
 from train.trainable import Trainable
 
 if TYPE_CHECKING:
     from policy.backends.hf import TransformersBackend
 
-__all__ = ["TargetText", "TrainData", "build_backend", "build_data", "build_learner", "build_reward", "model_preset"]
+log = logging.getLogger(__name__)
+
+__all__ = ["LORA_FIGURES", "TargetText", "TrainData", "build_backend", "build_data", "build_learner", "build_reward", "model_preset",
+           "warn_lora_rate"]
 
 TargetText = Callable[[RolloutPrompt], str]
 """The answer an SFT example teaches for a prompt (its target written in the model's output format)."""
@@ -83,16 +87,39 @@ def model_preset(config: TrainConfig) -> tuple[str, ModelPreset]:
     return path, _with_think(preset_for(m.id, m.format or None, **overrides), config.data.think)
 
 
+LORA_FIGURES = 'docs/benchmarks.md, "LoRA online: which rank and learning rate"'
+"""Where the measured effect of a LoRA adapter's learning rate is written down."""
+
+
 def build_learner(config: TrainConfig, backend: TransformersBackend, accelerator: Any = None) -> Trainable:
     """The learner of ``config.train.stage`` on ``backend``'s model: the policy-gradient ``Learner`` for rl (on
-    ``[rl]`` and ``[model]``), the ``SupervisedLearner`` for sft and rft."""
+    ``[rl]`` and ``[model]``), the ``SupervisedLearner`` for sft and rft. Every run builds its learner here
+    (``agent train``, ``agent train --online``, ``agent learner``), so this is where a LoRA run at a full-weight
+    learning rate is warned about (``warn_lora_rate``)."""
     m, rl = config.model, config.rl
+    warn_lora_rate(config)
     if config.train.stage == "rl":
         return Learner(backend, rl, m, algo=config.train.algo,  # type: ignore[arg-type]
                        total_steps=config.train.steps * rl.ppo_epochs * rl.minibatches, accelerator=accelerator,
                        seed=config.train.seed)
     return SupervisedLearner(backend, m, lr=config.sft.lr, weight_decay=rl.weight_decay,
                              max_grad_norm=rl.max_grad_norm, accelerator=accelerator)
+
+
+def warn_lora_rate(config: TrainConfig) -> str:
+    """Log (and return) a one-line warning when a LoRA run's learning rate is set at a tenth of the LoRA default or
+    below, which covers the full-weight defaults (rl 1e-6, sft 1e-5): measured, the adapter then learns almost
+    nothing, and nothing else would say so before the curves stay flat. "" when there is nothing to warn about."""
+    if config.model.finetune != "lora":
+        return ""
+    key, lr, default = (("rl.lr", config.rl.lr, DEFAULT_LR["lora"]) if config.train.stage == "rl"
+                        else ("sft.lr", config.sft.lr, DEFAULT_SFT_LR["lora"]))
+    if lr is None or lr > default / 10:
+        return ""
+    message = (f"{key} = {lr:g} is a full-weight learning rate, but model.finetune = \"lora\": the LoRA adapter will "
+               f"learn almost nothing; leave {key} unset for the LoRA default {default:g} (figures: {LORA_FIGURES})")
+    log.warning("%s", message)
+    return message
 
 
 # -- data from a config ------------------------------------------------------------------------------

@@ -160,8 +160,17 @@ def save_adapter(learner: Trainable, folder: Path) -> Path:
                   metadata={"format": "pt"})
         return out
     out = folder / "model"
-    learner.backend.model.save_pretrained(str(out))
-    learner.backend.processor.save_pretrained(str(out))
+    backend = learner.backend
+    backend.model.save_pretrained(str(out))
+    # The backend's processor is an image-only stand-in (no torchvision): saved whole, it names a class other tools
+    # do not know and writes no preprocessor_config.json, so the folder would not load as a model (here either).
+    # Its parts are written as a base checkpoint has them: the tokenizer, the chat template, the image processor
+    # (with the pixel budget the run trained at).
+    backend.tokenizer.save_pretrained(str(out))
+    backend.processor.image_processor.save_pretrained(str(out))
+    template = backend.processor.chat_template
+    if template and not any((out / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        (out / "chat_template.jinja").write_text(template, encoding="utf-8")
     return out
 
 

@@ -107,7 +107,7 @@ class RLConfig:
     group_size: int = 8
     """Responses sampled per prompt (AEPO: 8, GUI-R1: 5)."""
     batch_prompts: int = 16
-    """Prompts per update (the papers use 128 on 8 GPUs); batch = batch_prompts * group_size responses."""
+    """Prompts per update (InfiGUI-G1: 128, on 16 GPUs; GUI-R1: 128 per optimizer step out of 512 per rollout, on 8); batch = batch_prompts * group_size responses."""
     batch_size: int = 0
     """Responses per update, if you prefer to set it: must be a multiple of group_size; 0 = batch_prompts * group_size."""
     max_new_tokens: int = 256

@@ -121,6 +121,9 @@ class Trainer:
         self.on_update: list[Callable[[int, dict[str, float]], None]] = []
         """Called after every update with (step, metrics), before metrics are logged and checkpoints written: the
         online session publishes the new adapter version here (and may add metrics to the dict)."""
+        self.prompt_preset = backend.preset
+        """The preset the trained prompts were built with, which the exported weights' ``handeye.json`` records
+        (``policy.trained``): the backend's; an online session sets its actors' (their screen's prompt variant)."""
         torch.manual_seed(config.train.seed)  # before the learner: a new LoRA adapter's initial weights
         self.learner: Trainable = build_learner(config, backend, accelerator)
         self.data: TrainData | None = None
@@ -346,18 +349,36 @@ class Trainer:
         return False
 
     def _export(self) -> Path:
-        """The final weights as a usable folder: ``run_dir/adapter`` (LoRA) or ``run_dir/model`` (full)."""
+        """The final weights as a usable folder: ``run_dir/adapter`` (LoRA) or ``run_dir/model`` (full), with the
+        ``handeye.json`` that says what they were trained with (``policy.trained``: the family, prompt variant,
+        pixel budget and base model, which ``agent run --policy transformers:RUN_DIR`` restores)."""
         import shutil
 
-        name = "adapter" if self.config.model.finetune == "lora" else "model"
-        out = self.run_dir / name
+        from policy.trained import Finetune, TrainedSettings
+
+        finetune = Finetune(self.config.model.finetune)
+        out = self.run_dir / finetune.folder
         shutil.rmtree(out, ignore_errors=True)
         tmp = self.run_dir / ".export"
         shutil.rmtree(tmp, ignore_errors=True)
         saved = save_adapter(self.learner, tmp)
+        TrainedSettings.of(self.prompt_preset, finetune.value, self._base_model(out)).write(saved)
         saved.rename(out)
         shutil.rmtree(tmp, ignore_errors=True)
         return out
+
+    def _base_model(self, weights: Path) -> str:
+        """The model this run started from, as ``handeye.json`` names it: a hub id as given, a folder inside the run
+        folder (the tiny test model) relative to ``weights``, another folder as an absolute path."""
+        import os
+
+        base = Path(self.backend.model_id)
+        if not base.is_dir():
+            return self.backend.model_id
+        base = base.resolve()
+        if base.is_relative_to(self.run_dir.resolve()):
+            return os.path.relpath(base, weights.resolve())
+        return str(base)
 
     # -- evaluation ------------------------------------------------------------------------------
 

@@ -142,6 +142,23 @@ def policy_overrides(kind: str, where: str) -> list[str]:
     return out
 
 
+def add_adapter_option(parser: argparse.ArgumentParser) -> None:
+    """``--adapter DIR``, in ``args.adapter``: ``model.adapter`` (see ``adapter_overrides``)."""
+    parser.add_argument("--adapter", metavar="DIR",
+                        help="a LoRA adapter loaded on the model, or the run folder of agent train that wrote it: the "
+                             "base model, family, prompt variant and pixel budget it was trained with come from the "
+                             "run unless given; alone, it means --policy transformers on that base (config: "
+                             "model.adapter)")
+
+
+def adapter_overrides(args: argparse.Namespace, policy_given: bool) -> list[str]:
+    """The overrides ``--adapter DIR`` stands for: ``model.adapter``, and the transformers policy when no
+    ``--policy`` was given (the model is loaded here; its id comes from the run, ``policy.trained``)."""
+    if args.adapter is None:
+        return []
+    return ([] if policy_given else ['policy.kind="transformers"']) + [f"model.adapter={json.dumps(args.adapter)}"]
+
+
 def flag_overrides(args: argparse.Namespace, flags: Iterable[tuple[str, str]]) -> list[str]:
     """``section.key=value`` for each (attribute of ``args``, config key) whose flag was given."""
     out: list[str] = []

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
 from agent.builders import build_policy, close_policy
-from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, add_set_option, add_window_options, config_path,
-                              device_arg, eval_policy_arg, flag_overrides, make_console, policy_overrides,
-                              positive_int, print_error, versions, window_overrides)
+from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, adapter_overrides, add_adapter_option,
+                              add_set_option, add_window_options, config_path, device_arg, eval_policy_arg,
+                              flag_overrides, make_console, policy_overrides, positive_int, print_error, versions,
+                              window_overrides)
 from agent.cli.eval_actions import add_action_options, run_actions
 from agent.cli.eval_grounding import add_grounding_options, run_grounding
 from agent.terminal import plain
@@ -39,10 +41,12 @@ def add_parser(sub: Any) -> None:
                          "or actions (GUI-R1's offline action benchmarks, with --data)")
     ev.add_argument("--tasks", nargs="+", help="environment names or their short names (default: the whole suite)")
     ev.add_argument("--episodes", type=positive_int, default=10, help="episodes per environment (seeds 0..N-1)")
-    ev.add_argument("--policy", type=eval_policy_arg, default=("ocr", ""), metavar="POLICY",
-                    help="oracle, ocr, scripted, transformers:PATH_OR_ID or openai:URL (default: ocr)")
+    ev.add_argument("--policy", type=eval_policy_arg, metavar="POLICY",
+                    help="oracle, ocr, scripted, transformers:PATH_OR_ID or openai:URL (default: ocr; with "
+                         "--adapter alone, transformers)")
     ev.add_argument("--model", help="model id (config: model.id)")
     ev.add_argument("--format", dest="fmt", help="model family for ids without a preset")
+    add_adapter_option(ev)
     ev.add_argument("--script", help="JSON list of actions for --policy scripted")
     ev.add_argument("--parallel", type=positive_int,
                     help="episodes run at once, each on its own device (default 1, or one per --device given)")
@@ -72,9 +76,10 @@ def main(args: argparse.Namespace) -> int:
     from envs.registry import all_specs, spec
     from policy.errors import PolicyError
 
-    kind, where = args.policy
-    overrides = (([] if kind == "oracle" else policy_overrides(kind, where)) + flag_overrides(args, FLAG_KEYS)
-                 + window_overrides(args))
+    kind, where = args.policy or (("transformers", "") if args.adapter else ("ocr", ""))
+    chosen = policy_overrides(kind, where) if args.policy else [f"policy.kind={json.dumps(kind)}"]
+    overrides = (([] if kind == "oracle" else chosen) + adapter_overrides(args, policy_given=True)
+                 + flag_overrides(args, FLAG_KEYS) + window_overrides(args))
     try:
         cfg = load_config(config_path(args.config), overrides + list(args.overrides))
         if args.suite == "screenspot":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.builders import build_device, build_guard, build_policy, close_policy
-from agent.cli.common import (DEVICE_HELP, add_window_options, window_overrides, EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path,
+from agent.cli.common import (DEVICE_HELP, add_adapter_option, adapter_overrides, add_window_options, window_overrides, EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_set_option, config_path,
                               device_arg, device_overrides, flag_overrides, make_console, policy_arg, policy_overrides, positive_int, print_error,
                               terminal_person, versions)
 
@@ -40,6 +40,7 @@ def add_parser(sub: Any) -> None:
                           "model.id, model.url)")
     run.add_argument("--model", help="model id: its preset picks prompts, resize and parsing (config: model.id)")
     run.add_argument("--format", dest="fmt", help="model family for ids without a preset (config: model.format)")
+    add_adapter_option(run)
     run.add_argument("--script", help="JSON list of actions for --policy scripted (config: policy.script)")
     run.add_argument("--max-steps", type=positive_int, help="step budget (config: agent.max_steps)")
     run.add_argument("--dry-run", action="store_true", help="record what would be done without doing it")
@@ -75,6 +76,7 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
         out += device_overrides(*args.device)
     if args.policy is not None:
         out += policy_overrides(*args.policy)
+    out += adapter_overrides(args, policy_given=args.policy is not None)
     out += flag_overrides(args, FLAG_KEYS)
     if args.dry_run:
         out.append("agent.dry_run=true")

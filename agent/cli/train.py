@@ -94,6 +94,8 @@ def _run(config: Any, run_from_config: Any) -> int:
     console.print(f"run folder: {plain(run_dir)}")
     if result.output is not None:
         console.print(f"  weights:     {plain(result.output)}")
+        # the run folder says what the weights were trained with (handeye.json): nothing else to restate
+        console.print(f'  use them:    agent run "TASK" --policy transformers:{plain(run_dir)}')
     labels = {"metrics.jsonl": "metrics:    ", "curves.png": "curves:     ", "checkpoints/": "checkpoints:"}
     for name in existing(run_dir, labels):
         console.print(f"  {labels[name]} {plain(run_dir)}/{name}")

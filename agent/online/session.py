@@ -181,6 +181,11 @@ class OnlineSession:
         # prompt it would ever score gets the real reward, never a stand-in 0.
         self.trainer = Trainer(cfg, backend=learner_backend, prompts=self.tasks,
                                reward_fn=build_reward(cfg, learner_backend.preset))
+        if not cfg.model.variant:  # the actors' prompts, local or remote, are their screen's: the run records it
+            from devices.registry import device_kind
+            from policy.formats import on_screen
+
+            self.trainer.prompt_preset = on_screen(learner_backend.preset, device_kind(online.device_kind).screen)
         if self.trainer.curriculum is not None:
             self.trainer.curriculum = LockedCurriculum(self.trainer.curriculum)
         self.demos = session_replay(online, learner_backend, self.trainer.curriculum,  # None unless demo_share

@@ -151,3 +151,109 @@ def test_openai_policy_with_the_server_down(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "ABORTED" in r.stdout and "BackendError" in r.stdout
     assert f"127.0.0.1:{port}" in r.stdout.replace("\n", "")
+
+
+def grounding_file(root: Path) -> Path:
+    """Four 112 px screens with a red square each: a grounding JSONL in our format."""
+    import numpy as np
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(4):
+        img = np.full((112, 112, 3), 255, np.uint8)
+        img[20 * i:20 * i + 24, 10:34] = (200, 30, 30)
+        Image.fromarray(img).save(root / f"s{i}.png")
+        rows.append({"image": f"s{i}.png", "instruction": "the red square", "box": [10, 20 * i, 34, 20 * i + 24]})
+    path = root / "data.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def agent(*args: str, code: int) -> str:
+    r = procs.run([sys.executable, "-m", "agent", *args], cwd=REPO, env={**os.environ, "COLUMNS": "300"},
+                  capture_output=True, text=True, timeout=300)
+    assert r.returncode == code, r.stdout + r.stderr
+    return r.stdout + r.stderr
+
+
+def episode_policy(runs: Path) -> dict:
+    (run_dir,) = runs.iterdir()
+    (episode_dir,) = [p for p in run_dir.iterdir() if p.is_dir()]
+    return read_episode(episode_dir).record.policy
+
+
+@pytest.mark.timeout(900)
+def test_a_trained_run_is_used_by_naming_its_folder(tmp_path):
+    """agent train (tiny, LoRA and full) writes handeye.json beside its weights; agent run --adapter RUN_DIR (no
+    --policy, no model id: the base model the run recorded) and --policy transformers:RUN_DIR (its model/ folder,
+    loadable: the processor written as a base checkpoint has it) then prompt with the family, variant and pixel
+    budget the run trained with (no_think: data.think=false, not the family's default think), with nothing
+    restated; a value given still wins."""
+    data = grounding_file(tmp_path / "data")
+    common = ["--set", 'model.id="tiny"', "--set", 'data.source="grounding"', "--set", f'data.path="{data}"',
+              "--set", "data.think=false", "--set", "data.heldout_size=0", "--set", "rl.group_size=2",
+              "--set", "rl.batch_prompts=1", "--set", "rl.max_new_tokens=8", "--set", "sft.batch_size=2",
+              "--set", "train.steps=1", "--set", "eval.every=0", "--set", "log.progress=false",
+              "--set", "log.tensorboard=false", "--set", "log.png=false", "--set", "filter.drop_all_correct=false"]
+    said = agent("train", *common, "--run-dir", str(tmp_path / "lora"), code=0)
+    assert f'use them:    agent run "TASK" --policy transformers:{tmp_path / "lora"}' in said
+    agent("train", *common, "--stage", "sft", "--set", 'model.finetune="full"', "--run-dir", str(tmp_path / "full"),
+          code=0)
+    lora = json.loads((tmp_path / "lora" / "adapter" / "handeye.json").read_text())
+    assert lora == {"schema": 1, "finetune": "lora", "base_model": "../tiny-model", "format": "infigui-g1",
+                    "variant": "no_think", "min_pixels": 4 * 28 * 28, "max_pixels": 64 * 28 * 28}
+    full = json.loads((tmp_path / "full" / "model" / "handeye.json").read_text())
+    assert full == {**lora, "finetune": "full", "base_model": "../tiny-model"}
+
+    # The random model's noise ends each run at its first answer (one generate of 1,024 tokens: two runs, the other
+    # forms of naming a run, --adapter DIR and RUN_DIR/model, are read the same way: tests/policy/test_trained.py).
+    run = ["run", "Click Go", "--set", "agent.max_parse_retries=0"]
+    uses = {"lora-run": ["--adapter", str(tmp_path / "lora")],
+            "full-run": ["--policy", f"transformers:{tmp_path / 'full'}", "--set", "model.max_pixels=12544"]}
+    for name, how in uses.items():
+        agent(*run, *how, "--runs-dir", str(tmp_path / name), code=1)  # aborted on unparsed noise, as it should
+        policy = episode_policy(tmp_path / name)
+        want_max = 12544 if name == "full-run" else 64 * 28 * 28
+        assert (policy["family"], policy["variant"], policy["min_pixels"], policy["max_pixels"]) == (
+            "infigui-g1", "no_think", 4 * 28 * 28, want_max), (name, policy)
+        loaded = policy["backend"]
+        if name.startswith("full"):
+            assert loaded["model"] == str(tmp_path / "full" / "model") and loaded["adapter_version"] is None
+        else:  # the adapter on the base model its run recorded
+            assert loaded["model"] == str((tmp_path / "lora" / "tiny-model").resolve())
+            assert loaded["adapter_version"] == "adapter"
+
+
+def test_the_adapter_flag_of_run_and_eval_names_a_run(tmp_path, monkeypatch):
+    """--adapter DIR is model.adapter; alone it means the transformers policy on the base model the run recorded
+    (agent run and agent eval); without it eval's default policy is still OCR."""
+    from agent.cli import build_parser
+    from agent.cli import evaluate as eval_command
+    from agent.cli.run import run_overrides
+    from agent.config import load_config
+    from policy.trained import TrainedSettings
+
+    run = tmp_path / "lora"
+    (run / "adapter").mkdir(parents=True)
+    TrainedSettings.of(preset_for("x", "gui-r1", variant="low", min_pixels=3136, max_pixels=65536), "lora",
+                       "ritzz-ai/GUI-R1-3B").write(run / "adapter")
+    parser = build_parser()
+    cfg = load_config(None, run_overrides(parser.parse_args(["run", "--adapter", str(run)])))
+    assert (cfg.policy.kind, cfg.model.id, cfg.model.adapter) == ("transformers", "ritzz-ai/GUI-R1-3B",
+                                                                  str(run / "adapter"))
+    assert (cfg.model.format, cfg.model.variant, cfg.model.max_pixels) == ("gui-r1", "low", 65536)
+    seen = []
+
+    def build_policy(cfg):
+        seen.append(cfg)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(eval_command, "build_policy", build_policy)
+    from agent.cli import main
+
+    assert main(["eval", "--suite", "generated", "--tasks", "click", "--adapter", str(run / "adapter"),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert main(["eval", "--suite", "generated", "--tasks", "click", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert [(c.policy.kind, c.model.id, c.model.adapter) for c in seen] == [
+        ("transformers", "ritzz-ai/GUI-R1-3B", str(run / "adapter")), ("ocr", "", "")]

@@ -7,6 +7,7 @@ fine-tuning's sessions are in test_online_full.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -430,3 +431,25 @@ def test_a_reward_without_an_online_form_is_refused_before_anything_starts(tmp_p
     assert not (tmp_path / "run").exists()
     session = OnlineSession(config(tmp_path / "ok", 'data.reward="guir1"'), online())
     assert session.step_rule is StepRule.GUIR1
+
+
+def test_a_session_warns_of_a_lora_rate_and_records_its_actors_prompt(tmp_path, caplog):
+    """agent train --online and agent learner build their learner where agent train does (train.build): a LoRA
+    session at a full-weight learning rate says so at start. The trained weights' handeye.json records the prompt
+    the actors used, their screen's: Qwen2.5-VL's mobile_use on phones, local actors or remote ones."""
+    import logging
+
+    phones = online(devices=1, device_kind="android", serials=("emulator-5554",), env="android/wifi")
+    for remote in (False, True):
+        caplog.clear()
+        run = tmp_path / f"run-{remote}"
+        session = OnlineSession(config(run, "rl.lr=1e-6", 'model.format="qwen2.5-vl"'),
+                                dataclasses.replace(phones, remote_actors=remote))
+        with caplog.at_level(logging.WARNING, logger="train.build"):
+            session._setup()
+        warned = [r.getMessage() for r in caplog.records if r.name == "train.build"]
+        assert len(warned) == 1 and warned[0].startswith("rl.lr = 1e-06 is a full-weight learning rate")
+        assert session.trainer.prompt_preset.variant == "mobile_use"
+        assert session.trainer.learner.lr == 1e-6  # warned, not changed: the rate given is the rate used
+        if not remote:
+            assert session.model_policy.preset.variant == "mobile_use"

@@ -109,6 +109,16 @@ def test_sft_stage_lowers_the_loss_and_rft_runs(tmp_path, data_file):
     losses = [r["sft/loss"] for r in rows]
     assert len(losses) == 6 and losses[-1] < losses[0] * 0.7, losses
     assert (result.output / "config.json").is_file()  # full fine-tuning exports a model folder
+    # ... that loads as one (a base checkpoint's processor files), and says what it was trained with
+    from policy.backends.hf import TransformersBackend
+    from policy.trained import TrainedSettings
+
+    trained = TrainedSettings.read(result.output)
+    assert (trained.finetune.value, trained.format, trained.variant) == ("full", "infigui-g1", "no_think")
+    saved = json.loads((result.output / "preprocessor_config.json").read_text())
+    assert saved["size"] == {"shortest_edge": 4 * 28 * 28, "longest_edge": 64 * 28 * 28}  # the trained budget
+    assert (trained.min_pixels, trained.max_pixels) == (4 * 28 * 28, 64 * 28 * 28)
+    assert TransformersBackend(result.output, preset=build_backend(cfg).preset).model_id == str(result.output)
     rft = run_from_config(config(tmp_path / "rft", data_file, 'train.stage="rft"', "train.steps=1",
                                  "sft.batch_size=2", "sft.rft_samples=3", "eval.every=0"))
     rows = read_metrics(tmp_path / "rft" / "metrics.jsonl")
@@ -290,3 +300,49 @@ class _Opens:
 
     def __reduce__(self):
         return open, (str(self.path), "w")
+
+
+def test_a_lora_run_at_a_full_weight_rate_warns_at_start(tmp_path, data_file, caplog):
+    """A LoRA run whose learning rate is a tenth of the LoRA default or less (the full-weight defaults, rl 1e-6 and
+    sft 1e-5, among them) warns once, in one line, when its learner is built: rl.lr for rl, sft.lr for sft and rft.
+    Full fine-tuning at those rates, LoRA at its default or near it, say nothing."""
+    import logging
+
+    from train.build import warn_lora_rate
+
+    def warning(*more: str) -> str:
+        return warn_lora_rate(config(tmp_path / "w", data_file, *more))
+
+    assert warning("rl.lr=1e-6") == (
+        'rl.lr = 1e-06 is a full-weight learning rate, but model.finetune = "lora": the LoRA adapter will learn '
+        'almost nothing; leave rl.lr unset for the LoRA default 0.0001 (figures: docs/benchmarks.md, "LoRA online: '
+        'which rank and learning rate")')
+    assert warning("rl.lr=1e-5").startswith("rl.lr = 1e-05 is a full-weight learning rate")
+    assert warning('train.stage="sft"', "sft.lr=1e-5").startswith("sft.lr = 1e-05 is a full-weight learning rate")
+    assert warning('train.stage="rft"', "sft.lr=1e-6").startswith("sft.lr = 1e-06")
+    quiet = [("rl.lr=2e-5",), ("rl.lr=none",), ('model.finetune="full"', "rl.lr=1e-6"),
+             ('train.stage="sft"', "rl.lr=1e-6"), ('train.stage="sft"', 'model.finetune="full"', "sft.lr=1e-5")]
+    assert [warning(*q) for q in quiet] == [""] * len(quiet)
+    # every run builds its learner in train.build.build_learner (the trainer of agent train, of an online session
+    # and of agent learner): the warning comes from there, once
+    cfg = config(tmp_path / "t", data_file, "rl.lr=1e-6")
+    expected = warn_lora_rate(cfg)
+    backend = build_backend(cfg)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="train.build"):
+        Trainer(cfg, backend=backend, prompts=None, reward_fn=ascii_reward)
+    assert [r.getMessage() for r in caplog.records if r.name == "train.build"] == [expected]
+
+
+def test_the_worked_config_learns_at_the_rate_of_its_fine_tuning_mode():
+    """configs/aepo-3b.toml leaves rl.lr unset: its full fine-tune runs at the papers' 1e-6, and the LoRA runs that
+    docs/online.md and docs/fleet.md make of it (--set model.finetune='"lora"') at LoRA's 1e-4, without a warning."""
+    from train.build import warn_lora_rate
+    from train.learner import DEFAULT_LR
+
+    repo = Path(__file__).resolve().parents[2]
+    full = load_train_config(repo / "configs" / "aepo-3b.toml")
+    lora = load_train_config(repo / "configs" / "aepo-3b.toml", ['model.finetune="lora"'])
+    assert full.rl.lr is None and lora.rl.lr is None
+    assert (DEFAULT_LR[full.model.finetune], DEFAULT_LR[lora.model.finetune]) == (1e-6, 1e-4)
+    assert warn_lora_rate(lora) == ""
