@@ -15,8 +15,8 @@ from agent.cli import main as agent_main
 from agent.eval import evaluate
 from agent.oracles import oracle_for
 from tests.conftest import descendants
-from tests.devices.test_android import _adb_binary, _connect, _disconnect, _free_port
-from tests.support import procs
+from tests.devices.test_android import _connect, _disconnect
+from tests.support.adb import private_adb_server
 from tests.support.fake_adbd import FakeAdbd, FakePhone
 
 GENERATED = ["generated/click", "generated/click-easy", "generated/click-zh", "generated/click-dark",
@@ -54,16 +54,8 @@ def test_the_desktop_is_one_per_process(tmp_path):
 
 @pytest.fixture
 def adb_port(tmp_path):
-    adb, port = _adb_binary(), _free_port()
-    home = tmp_path / "adb-home"
-    (home / ".android").mkdir(parents=True)
-    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
-           "ANDROID_USER_HOME": str(home / ".android")}
-    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
-    try:
+    with private_adb_server(tmp_path / "adb-home") as port:
         yield port
-    finally:
-        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
 
 
 def test_eval_runs_on_two_phones_given_as_devices(adb_port, tmp_path, capsys):

@@ -439,7 +439,7 @@ def test_a_session_warns_of_a_lora_rate_and_records_its_actors_prompt(tmp_path, 
     the actors used, their screen's: Qwen2.5-VL's mobile_use on phones, local actors or remote ones."""
     import logging
 
-    phones = online(devices=1, device_kind="android", serials=("emulator-5554",), env="android/wifi")
+    phones = online(actors=1, device_kind="android", serials=("emulator-5554",), env="android/wifi")
     for remote in (False, True):
         caplog.clear()
         run = tmp_path / f"run-{remote}"

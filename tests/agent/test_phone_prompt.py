@@ -9,7 +9,6 @@ adb server) must reach SUCCESS."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -22,8 +21,8 @@ from devices.registry import device_kind
 from policy.backends.base import Generation, GenerationRequest, Sample
 from policy.formats import on_screen
 from policy.presets import preset_for
-from tests.devices.test_android import _adb_binary, _connect, _disconnect, _free_port
-from tests.support import procs
+from tests.devices.test_android import _connect, _disconnect
+from tests.support.adb import private_adb_server
 from tests.support.fake_adbd import FakeAdbd, FakePhone
 from tests.support.openai_server import OpenAICompatServer
 
@@ -67,16 +66,8 @@ class ScriptedUiTars:
 
 @pytest.fixture
 def adb_port(tmp_path):
-    adb, port = _adb_binary(), _free_port()
-    home = tmp_path / "adb-home"
-    (home / ".android").mkdir(parents=True)
-    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
-           "ANDROID_USER_HOME": str(home / ".android")}
-    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
-    try:
+    with private_adb_server(tmp_path / "adb-home") as port:
         yield port
-    finally:
-        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
 
 
 def test_each_family_gets_its_phone_prompt_on_a_phone_and_its_computer_prompt_elsewhere():

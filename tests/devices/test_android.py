@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -35,35 +33,21 @@ from devices.android.device import ADBKEYBOARD_IME
 from devices.android.replies import expected_input_size, parse_raw_screencap, parse_rotation, parse_wm_size
 from tests.support.fake_adbd import LATIN_IME, FakeAdbd, FakePhone
 from tests.support import procs
+from tests.support.adb import adb_binary, free_port, private_adb_server
 
 
-def _adb_binary() -> str:
-    import adbutils
-
-    return os.environ.get("HANDEYE_TEST_ADB") or shutil.which("adb") or adbutils.adb_path()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def adb_port(tmp_path_factory):
     """A private adb server for this module; killed afterwards."""
-    adb, port = _adb_binary(), _free_port()
-    home = tmp_path_factory.mktemp("adb-home")
-    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
-           "ANDROID_USER_HOME": str(home / ".android")}
-    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
-    patch = pytest.MonkeyPatch()
-    patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))  # anything that auto-starts adb starts it here
-    try:
-        yield port
-    finally:
-        patch.undo()
-        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
+    with private_adb_server(tmp_path_factory.mktemp("adb-home")) as port:
+        patch = pytest.MonkeyPatch()
+        patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))  # anything that auto-starts adb starts it here
+        try:
+            yield port
+        finally:
+            patch.undo()
 
 
 def _client(port: int) -> Any:
@@ -504,7 +488,7 @@ def test_unknown_serial_lists_the_connected_devices(adb_port):
         finally:
             _disconnect(adb_port, adbd)
     with pytest.raises(DeviceUnavailable, match="no adb server is listening"):
-        list_devices("127.0.0.1", _free_port())
+        list_devices("127.0.0.1", free_port())
 
 
 def test_unauthorized_phone_says_how_to_authorize(adb_port):
@@ -612,7 +596,7 @@ def test_agent_run_and_devices_with_a_phone(adb_port, tmp_path):
 def no_server(tmp_path, monkeypatch):
     """A free port with no adb server on it; adb's key and state go to a temporary HOME. Any server left on the
     port at the end is killed (and the test has failed by then)."""
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ANDROID_USER_HOME", str(tmp_path / "home" / ".android"))
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
@@ -620,7 +604,7 @@ def no_server(tmp_path, monkeypatch):
     try:
         yield port
     finally:
-        procs.run([_adb_binary(), "-P", str(port), "kill-server"], timeout=60, capture_output=True)
+        procs.run([adb_binary(), "-P", str(port), "kill-server"], timeout=60, capture_output=True)
 
 
 def _listening(port: int) -> bool:

@@ -5,7 +5,6 @@ and the step verifier agrees with it (check_env on every "android/*" environment
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,9 +16,9 @@ from envs.android.env import action_for
 from envs.android.tasks import BrightnessTask, CreateNoteTask, OpenAppTask, WifiTask
 from envs.registry import all_specs, make
 from envs.wrappers import TimeLimit
-from tests.devices.test_android import _adb_binary, _connect, _disconnect, _free_port
+from tests.devices.test_android import _connect, _disconnect
+from tests.support.adb import private_adb_server
 from tests.support.fake_adbd import FakeAdbd, FakePhone
-from tests.support import procs
 
 NAMES = [f"android/{name}" for name in TASKS]
 
@@ -27,18 +26,13 @@ NAMES = [f"android/{name}" for name in TASKS]
 @pytest.fixture(scope="module")
 def adb_port(tmp_path_factory):
     """A private adb server for this module (never the user's on 5037); killed afterwards."""
-    adb, port = _adb_binary(), _free_port()
-    home = tmp_path_factory.mktemp("adb-home")
-    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port), "HOME": str(home),
-           "ANDROID_USER_HOME": str(home / ".android")}
-    procs.run([adb, "-P", str(port), "start-server"], env=env, check=True, timeout=60, capture_output=True)
-    patch = pytest.MonkeyPatch()
-    patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
-    try:
-        yield port
-    finally:
-        patch.undo()
-        procs.run([adb, "-P", str(port), "kill-server"], env=env, timeout=60, capture_output=True)
+    with private_adb_server(tmp_path_factory.mktemp("adb-home")) as port:
+        patch = pytest.MonkeyPatch()
+        patch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+        try:
+            yield port
+        finally:
+            patch.undo()
 
 
 def on_env(port: int, name: str, scenario: Callable[[TimeLimit, FakePhone], Awaitable[Any]],
