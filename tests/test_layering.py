@@ -10,6 +10,7 @@
 - one definition per public top-level name across the packages;
 - every exception class of a package is defined in its ``errors.py`` (private helper exceptions, ``_Name``, may stay
   where they are used), and that file's docstring draws each of them in its tree, and nothing else.
+- docs/design.md's "How the code is laid out" names every module of the packages, and no module that is gone.
 
 The rules on private names, sizes and errors hold for bench/ too; the layering, the circles and the one definition
 per name are the packages' (every bench script has its own ``main``).
