@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from envs.base import Env
 from envs.errors import EnvError, UnknownEnv
 
 
@@ -31,7 +32,7 @@ class EnvSpec:
     """The kind of device it runs on (a ``devices.registry`` kind: "web", "desktop", "android"); None only for a
     registration that cannot be made (a task file that does not load: ``make`` raises its error)."""
 
-    def make(self, *, max_steps: int | None = None, **overrides: Any) -> Any:
+    def make(self, *, max_steps: int | None = None, **overrides: Any) -> Env:
         """The environment, wrapped in ``TimeLimit(max_steps or self.max_steps)``."""
         from envs.wrappers import TimeLimit
 
@@ -72,7 +73,7 @@ def spec(name: str) -> EnvSpec:
     return REGISTRY[name]
 
 
-def make(name: str, *, max_steps: int | None = None, **kwargs: Any) -> Any:
+def make(name: str, *, max_steps: int | None = None, **kwargs: Any) -> Env:
     """The registered environment ``name``, in a ``TimeLimit`` (see the module docstring)."""
     return spec(name).make(max_steps=max_steps, **kwargs)
 

@@ -10,6 +10,7 @@
 - one definition per public top-level name across the packages;
 - every exception class of a package is defined in its ``errors.py`` (private helper exceptions, ``_Name``, may stay
   where they are used), and that file's docstring draws each of them in its tree, and nothing else.
+- docs/design.md's "How the code is laid out" names every module of the packages, and no module that is gone.
 
 The rules on private names, sizes and errors hold for bench/ too; the layering, the circles and the one definition
 per name are the packages' (every bench script has its own ``main``).
@@ -396,3 +397,72 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
                                         f"bench/x.py::slow: {MAX_FUNCTION_LINES + 3} lines"]
     assert long_files(tmp_path) == [f"devices/b.py: {len((tmp_path / 'devices' / 'b.py').read_text().splitlines())} lines"]
     assert {k: v for k, v in public_definitions(tmp_path).items() if len(v) > 1} == {"Box": ["devices.a", "devices.b"]}
+
+
+# -- docs/design.md's map of the code --------------------------------------------------------------------------------
+LAYOUT_HEADING = "## How the code is laid out"
+TICKED = re.compile(r"`([^`\s]+)`")
+
+
+def layout_section(page: str) -> str:
+    """The text of docs/design.md's "How the code is laid out", up to the next second-level heading."""
+    assert LAYOUT_HEADING in page, f"docs/design.md has no section {LAYOUT_HEADING!r}"
+    start = page.index(LAYOUT_HEADING) + len(LAYOUT_HEADING)
+    end = page.find("\n## ", start)
+    return page[start:] if end < 0 else page[start:end]
+
+
+def unnamed_modules(section: str, root: Path = REPO) -> list[str]:
+    """The modules of the packages that ``section`` does not name. A module is named by its path in backticks
+    (```devices/registry.py```), or by a table row that names its folder and its file (```devices/android/``` and
+    ```adb``` or ```adb.py```); a package's ``__init__.py`` also by its folder alone, anywhere in the section."""
+    rows = [set(TICKED.findall(line)) for line in section.splitlines() if line.startswith("|")]
+    named = set(TICKED.findall(section))
+    missing = []
+    for package in MAY_IMPORT:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            folder = rel.rpartition("/")[0] + "/"
+            if rel in named or (path.name == "__init__.py" and folder in named):
+                continue
+            if not any(folder in row and ({path.stem, path.name} & row) for row in rows):
+                missing.append(rel)
+    return missing
+
+
+def stale_paths(section: str, root: Path = REPO) -> list[str]:
+    """Paths of Python modules that ``section`` names in backticks and that do not exist (a pattern such as
+    ```agent/cli/<command>.py``` is not a path)."""
+    return sorted({p for p in TICKED.findall(section)
+                   if p.endswith(".py") and "/" in p and not set(p) & set("<>*{}") and not (root / p).is_file()})
+
+
+def test_design_md_names_every_module_of_the_packages():
+    section = layout_section((REPO / "docs" / "design.md").read_text(encoding="utf-8"))
+    assert unnamed_modules(section) == [], "add a row for each to docs/design.md, \"How the code is laid out\""
+
+
+def test_design_md_names_no_module_that_does_not_exist():
+    section = layout_section((REPO / "docs" / "design.md").read_text(encoding="utf-8"))
+    assert stale_paths(section) == [], "docs/design.md, \"How the code is laid out\", names modules that are gone"
+
+
+def test_the_layout_check_catches_a_module_left_out(tmp_path):
+    for path in ("devices/__init__.py", "devices/base.py", "devices/kiosk/__init__.py", "devices/kiosk/kind.py",
+                 "devices/kiosk/device.py", "devices/kiosk/screen.py", "devices/pad/__init__.py",
+                 "policy/__init__.py", "policy/model.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    page = ("# Design\n\n## How the code is laid out\n\n| to change … | open |\n|---|---|\n"
+            "| the protocol | `devices/base.py` |\n| a kiosk, its entry | `devices/kiosk/` (`kind`, `device.py`) |\n"
+            "| the policy | `policy/model.py`, `policy/gone.py` (once `policy/<name>.py`) |\n\n"
+            "The kiosk's screen is `screen` in `devices/kiosk/`.\n\n"
+            "## Choices\n\n| the pad | `devices/pad/` `devices/pad/__init__.py` |\n")
+    section = layout_section(page)
+    assert unnamed_modules(section, tmp_path) == [
+        "devices/__init__.py",            # no row names its folder: devices/ itself is not named
+        "devices/kiosk/screen.py",        # named outside a row: a sentence does not count
+        "devices/pad/__init__.py",        # named only in the next section
+        "policy/__init__.py",
+    ]
+    assert stale_paths(section, tmp_path) == ["policy/gone.py"]

@@ -150,7 +150,7 @@ def build_reward(config: TrainConfig, preset: ModelPreset) -> RewardAdapter:
     schedule is the distance reward's."""
     d, c = config.data, config.curriculum
     schedule = ThresholdSchedule(c.threshold_start, c.threshold_end, c.threshold_steps) \
-        if c.threshold_start and c.threshold_steps else None
+        if c.threshold_start is not None else None
     think = d.think if get_format(preset.family).no_think_variant is not None else None
     return reward_fn(d.reward, think=think, preset=preset, schedule=schedule)
 

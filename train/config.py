@@ -108,8 +108,8 @@ class RLConfig:
     """Responses sampled per prompt (AEPO: 8, GUI-R1: 5)."""
     batch_prompts: int = 16
     """Prompts per update (InfiGUI-G1: 128, on 16 GPUs; GUI-R1: 128 per optimizer step out of 512 per rollout, on 8); batch = batch_prompts * group_size responses."""
-    batch_size: int = 0
-    """Responses per update, if you prefer to set it: must be a multiple of group_size; 0 = batch_prompts * group_size."""
+    batch_size: int | None = field(default=None, metadata={"was": 0})
+    """Responses per update, if you prefer to set it: must be a multiple of group_size; unset = batch_prompts * group_size."""
     max_new_tokens: int = 256
     """Longest response sampled (the papers allow 1024)."""
     lr: float | None = field(default=None, metadata={"was": 0.0})
@@ -145,7 +145,7 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 (advantages compare answers within a group), got {self.group_size}")
-        if self.batch_size and self.batch_size % self.group_size:
+        if self.batch_size is not None and (self.batch_size < 1 or self.batch_size % self.group_size):
             raise ValueError(f"batch_size {self.batch_size} does not divide by group_size {self.group_size}: "
                              f"use a multiple, e.g. {max(1, self.batch_size // self.group_size) * self.group_size}")
         if self.batch_prompts < 1 or self.max_new_tokens < 1 or self.ppo_epochs < 1 or self.minibatches < 1:
@@ -172,7 +172,7 @@ class RLConfig:
 
     @property
     def prompts_per_batch(self) -> int:
-        return self.batch_size // self.group_size if self.batch_size else self.batch_prompts
+        return self.batch_prompts if self.batch_size is None else self.batch_size // self.group_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +203,8 @@ class CurriculumConfig:
     """Share of each batch drawn from the hard-sample queue, weighted by failure rate."""
     queue_size: int = 1024
     """Most prompts the hard-sample queue holds (the least hard leave first)."""
-    threshold_start: float = 0.0
-    """Reward "distance": the partial-credit radius (fraction of the image diagonal) at the start; 0 = no schedule."""
+    threshold_start: float | None = field(default=None, metadata={"was": 0.0})
+    """Reward "distance": the partial-credit radius (fraction of the image diagonal) at the start; unset = no schedule."""
     threshold_end: float = 0.0
     """... and at the end of threshold_steps (tightened linearly)."""
     threshold_steps: int = 0
@@ -213,8 +213,9 @@ class CurriculumConfig:
     def __post_init__(self) -> None:
         if not 0 < self.ema <= 1 or not 0 <= self.hard_fraction <= 1 or self.queue_size < 1:
             raise ValueError("need 0 < ema <= 1, 0 <= hard_fraction <= 1 and queue_size >= 1")
-        if self.threshold_start and self.threshold_steps < 1:
-            raise ValueError("a threshold schedule (threshold_start > 0) needs threshold_steps >= 1")
+        if self.threshold_start is not None and (self.threshold_start <= 0 or self.threshold_steps < 1):
+            raise ValueError("a threshold schedule needs threshold_start > 0 and threshold_steps >= 1 (leave "
+                             "threshold_start unset for none)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,12 @@
     agent learner | actor | fleet status    an online session across machines, over MQTT (docs/fleet.md)
 
 Exit codes: 0 success, claimed or planned (--dry-run); 1 the episode ended otherwise (failure, infeasible, truncated,
-aborted); 2 bad input (arguments, config, unwritable run folder); 130 interrupted by Ctrl-C.
+aborted); 2 bad input (arguments, config, unwritable run folder); 128 + the signal's number when Ctrl-C (130),
+SIGTERM (143) or SIGHUP (129) stopped it.
 
 One module per command (``run``, ``record``, ``replay``, ``show``, ``doctor``, ``evaluate`` for ``eval``,
-``report``, ``data``, ``envs``, ``devices``, ``train`` with ``train_online``, ``parse``), each with its name
+``report``, ``data``, ``envs``, ``devices``, ``train`` with ``train_online``, ``parse``, ``learner``, ``actor``,
+``fleet``), each with its name
 (``NAME``), ``add_parser(sub)``, which adds its subcommand and flags, and ``main(args) -> int``, which runs it and
 returns the exit code; ``common`` holds what they share. Command modules import their heavy libraries inside
 ``main``: ``agent --help`` builds every parser.

@@ -1,4 +1,5 @@
-"""The settings of an online session, its errors, and the settings on disk that ``--resume`` reads back."""
+"""An online session's settings (``train.config.OnlineConfig``, the ``[online]`` section), the checks that its actors can
+run its environment, and the settings on disk that ``--resume`` reads back."""
 
 from __future__ import annotations
 

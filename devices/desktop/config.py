@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TYPING_METHODS = ("auto", "xdotool", "clipboard", "keys")
 
@@ -29,8 +29,8 @@ class DesktopConfig:
     scroll_click_px: float = 120.0
     """Logical pixels one wheel click is taken to scroll: clicks = round(amount * monitor height / this),
     at least 1. Applications differ (GTK and Chromium scroll roughly 50-120 px, a Tk list 5 lines)."""
-    scale_override: float = 0.0
-    """Frame pixels per input unit for a uniformly scaled (HiDPI) desktop; 0 = measured (1 on X11)."""
+    scale_override: float | None = field(default=None, metadata={"was": 0.0})
+    """Frame pixels per input unit for a uniformly scaled (HiDPI) desktop; unset = measured (1 on X11)."""
     settle_grab_interval_s: float = 0.04
     """Least seconds between two settle grabs. A grab takes about a millisecond, so back-to-back grabs
     would call a screen still after 2 ms; apps redraw at 60 Hz or slower and animate in steps of up to
@@ -46,8 +46,8 @@ class DesktopConfig:
             )
         if self.typing not in TYPING_METHODS:
             raise ValueError(f"desktop.typing={self.typing!r} must be one of {', '.join(TYPING_METHODS)}")
-        if self.scale_override < 0 or (self.scale_override and not 0.5 <= self.scale_override <= 4):
-            raise ValueError(f"desktop.scale_override={self.scale_override} must be 0 (measured) or in 0.5..4")
+        if self.scale_override is not None and not 0.5 <= self.scale_override <= 4:
+            raise ValueError(f"desktop.scale_override={self.scale_override} must be in 0.5..4 (unset: measured)")
         if self.move_duration_s < 0 or self.drag_duration_s < 0 or self.type_delay_ms < 0:
             raise ValueError("desktop durations and delays must be >= 0")
         if self.settle_grab_interval_s < 0:

@@ -87,11 +87,11 @@ class ScreenMap:
 
 
 def screen_map(
-    monitor: MonitorGeometry, frame_size: tuple[int, int] | None = None, scale_override: float = 0.0
+    monitor: MonitorGeometry, frame_size: tuple[int, int] | None = None, scale_override: float | None = None
 ) -> ScreenMap:
     """The frame-to-input mapping of ``monitor``.
 
-    - ``scale_override`` s > 0: the desktop is scaled uniformly by s (a HiDPI desktop whose input
+    - ``scale_override`` s (not None): the desktop is scaled uniformly by s (a HiDPI desktop whose input
       API works in logical units): every coordinate of the physical rectangle is divided by s and
       rounded, e.g. a 2560x1600 panel at s = 1.25 takes input in 2048x1280.
     - otherwise the input rectangle is mss's rectangle, and the scale is measured as frame size /
@@ -103,7 +103,7 @@ def screen_map(
     fw, fh = frame_size or (monitor.width, monitor.height)
     if fw <= 0 or fh <= 0 or monitor.width <= 0 or monitor.height <= 0:
         raise ValueError(f"empty monitor or frame: {monitor.describe()}, frame {fw}x{fh}")
-    if scale_override > 0:
+    if scale_override is not None:
         s = scale_override
         left, top = round(monitor.left / s), round(monitor.top / s)
         width, height = max(1, round(monitor.width / s)), max(1, round(monitor.height / s))
