@@ -575,7 +575,8 @@ def test_agent_record_takes_the_desktop_record_section_and_its_flags(app, xvfb, 
     (record,) = settings
     assert record.mask_text and record.fps == 20 and record.pause_combo.describe() == "Control+Alt+k"
     assert record.stop_combo.describe() == "Control+Shift+q" and "Control+Shift+q" in out
-    (episode,) = iter_episodes(next(tmp_path.iterdir()))
+    (run_dir,) = [d for d in tmp_path.iterdir() if (d / "run.json").exists()]
+    (episode,) = iter_episodes(run_dir)
     assert [s.action["kind"] for s in episode.steps] == ["click", "type", "key", "wait", "finish"]
     typed = episode.steps[1]
     assert typed.action["text"] == "••••••" and "hunter22" not in (episode.path / "steps.jsonl").read_text()

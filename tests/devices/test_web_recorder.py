@@ -314,7 +314,8 @@ def test_agent_record_takes_the_web_record_section_and_its_flags(tmp_path, pages
     out = capsys.readouterr().out
     assert not errors and code == 0, (errors, out)
     assert keys == [("Control+Shift+y", "Control+Shift+x")]
-    (episode,) = iter_episodes(next(tmp_path.iterdir()))
+    (run_dir,) = [d for d in tmp_path.iterdir() if (d / "run.json").exists()]  # the pages fixture shares tmp_path
+    (episode,) = iter_episodes(run_dir)
     assert episode.record.outcome is Outcome.CLAIMED
     assert [s.action["kind"] for s in episode.steps] == ["click", "wait", "hotkey", "finish"]
     assert episode.steps[2].action["keys"] == ["Control", "Alt", "s"]
