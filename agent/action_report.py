@@ -59,7 +59,7 @@ def format_action_tables(result: dict[str, Any]) -> list[Any]:
     for col in ("action", "steps", "type", "GR", "text"):
         breakdown.add_column(col, justify="left" if col == "action" else "right")
     for r in result["breakdown"]:
-        breakdown.add_row(r["action"], str(r["steps"]), f"{r['type_hits']}/{r['steps']}",
+        breakdown.add_row(escape(str(r["action"])), str(r["steps"]), f"{r['type_hits']}/{r['steps']}",
                           f"{r['gr_hits']}/{r['gr_steps']}" if r["gr_steps"] else "-",
                           f"{r['text_hits']}/{r['text_steps']}" if r["text_steps"] else "-")
     confusion = Table(title="confusion: what was predicted for each true action", header_style="bold",
@@ -67,7 +67,7 @@ def format_action_tables(result: dict[str, Any]) -> list[Any]:
     confusion.add_column("true", no_wrap=True)
     confusion.add_column("predicted (steps)", overflow="fold")
     for gt, row in result["confusion"].items():
-        confusion.add_row(gt, escape(", ".join(f"{p} {n}" for p, n in sorted(row.items(), key=lambda kv: -kv[1]))))
+        confusion.add_row(escape(str(gt)), escape(", ".join(f"{p} {n}" for p, n in sorted(row.items(), key=lambda kv: -kv[1]))))
     return [scores, breakdown, confusion]
 
 

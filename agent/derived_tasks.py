@@ -115,7 +115,31 @@ class TaskMaker:
         spec = derive_task(episode, start, self.final, self.name)
         if self.builtin_page and isinstance(spec.start, WebStart):
             spec = self.with_builtin_page(spec)
+        if isinstance(spec.start, WebStart) and spec.start.url.lower().startswith("file:"):
+            spec = self.with_local_page(spec)
         return spec
+
+    def with_local_page(self, spec: TaskSpec) -> TaskSpec:
+        """A demonstration started at a ``file:`` page (``--url file:///...``, which the person gave): a task file
+        starts only at http(s) addresses, so the page goes next to the task file and is named by ``start.page``
+        (only the page itself is copied; a page that loads other local files needs them copied too)."""
+        from urllib.parse import unquote, urlparse
+        from urllib.request import url2pathname
+
+        assert isinstance(spec.start, WebStart)
+        source = Path(url2pathname(unquote(urlparse(spec.start.url).path)))
+        target = self.folder / source.name
+        if not source.is_file():
+            raise TaskFileError(f"the demonstration started at {spec.start.url}, which is not a file here; a task "
+                                f"starts at an http(s) address or at a page next to its file: copy the page into "
+                                f"{self.folder} and record again from it")
+        if target.exists() and target.read_bytes() != source.read_bytes():
+            raise TaskFileError(f"{target} exists and differs from the start page {source}; rename one of them "
+                                "and record again")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(source, target)
+        return replace(spec, start=replace(spec.start, url="", page=source.name), folder=self.folder)
 
     def with_builtin_page(self, spec: TaskSpec) -> TaskSpec:
         """The built-in site lives only while ``agent record`` runs: its page goes next to the task file."""

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.runner import TYPED_ERRORS, EpisodeResult, RunOptions, run_episode
+from agent.terminal import plain
 from envs.base import Env
 from envs.records import Outcome, json_safe
 from envs.registry import make
@@ -359,7 +360,7 @@ def format_abstention(result: EvalResult) -> Any:
     for a in rows:
         low, high = wilson_interval(a.abstained_correctly, a.absent)
         share = f"{a.abstained_correctly}/{a.absent} {a.abstained_correctly / a.absent:.0%}" if a.absent else "-"
-        table.add_row(a.env, str(a.absent), share, f"{low:.0%}–{high:.0%}" if a.absent else "-", str(a.present),
+        table.add_row(plain(a.env), str(a.absent), share, f"{low:.0%}–{high:.0%}" if a.absent else "-", str(a.present),
                       str(a.abstained_wrongly))
     return table
 
@@ -378,6 +379,6 @@ def _table(result: EvalResult, columns: tuple[str, ...], title: str | None = Non
                  "95% CI": f"{stats.ci95[0]:.0%}–{stats.ci95[1]:.0%}", "steps": f"{stats.mean_steps:.1f}",
                  **{f"{p} ms": _ms(stats.latency.get(p)) for p in EVAL_PHASES},
                  **{p: _ms(stats.latency.get(p)) for p in EVAL_PHASES}}
-        table.add_row(stats.env, *(cells[c] for c in columns), style="bold" if stats is result.overall else None,
+        table.add_row(plain(stats.env), *(cells[c] for c in columns), style="bold" if stats is result.overall else None,
                       end_section=stats is not result.overall and stats is rows[-2])
     return table

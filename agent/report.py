@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.eval import wilson_interval
 from agent.summary import PHASE_ORDER, describe_action
+from envs.errors import RecordFormatError
 from envs.records import Actor, Outcome, StepRecord
 from envs.trajectory import Episode, EpisodeState, iter_episodes
 
@@ -242,8 +243,17 @@ def _verdicts_html(step: StepRecord) -> str:
     return f'<dt>verifier</dt><dd><pre>{_e(json.dumps(v, ensure_ascii=False, indent=1))}</pre></dd>'
 
 
+def frame_inside(ep: Episode, step: StepRecord) -> bool:
+    """Whether the step's ``frame_path`` stays under its episode's folder (a record may name any path)."""
+    try:
+        ep.frame_file(step)
+    except RecordFormatError:
+        return False
+    return True
+
+
 def _step_html(ep: Episode, step: StepRecord, rel: str, lazy: bool) -> str:
-    src = f"{rel}/{step.frame_path}" if step.frame_path else ""
+    src = f"{rel}/{step.frame_path}" if step.frame_path and frame_inside(ep, step) else ""
     img = (f'<img src="{_e(src)}" alt="step {step.index}"{" loading=lazy" if lazy else ""} '
            f'width="{step.frame_size[0]}" height="{step.frame_size[1]}">') if src else '<div class="dim">no frame</div>'
     meta = [f'<dt>action</dt><dd>{_e(describe_action(step.action))}'

@@ -6,10 +6,16 @@ import cv2
 import numpy as np
 
 from devices.errors import DeviceError
+from devices.files import check_image
 
 
 def decode(data: bytes) -> np.ndarray:
-    """Decode PNG or JPEG bytes to an RGB uint8 array."""
+    """Decode PNG or JPEG bytes to an RGB uint8 array; DeviceError when they are no image or declare more than
+    ``devices.files.MAX_IMAGE_PIXELS`` pixels (read from the header, before decoding)."""
+    try:
+        check_image(data, "the frame")
+    except ValueError as e:
+        raise DeviceError(str(e)) from None
     frame = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR_RGB)
     if frame is None:
         raise DeviceError(f"the device returned {len(data)} bytes that are not a PNG or JPEG image")
@@ -33,6 +39,10 @@ def decode_small_gray(
     the largest reduction that stays at least that wide (``expected_width`` is the full image width,
     when known, to pick it) and then area-resized.
     """
+    try:
+        check_image(data, "the frame")
+    except ValueError as e:
+        raise DeviceError(str(e)) from None
     if width is not None and expected_width:
         reduce = max((r for r in (8, 4, 2, 1) if expected_width // r >= width), default=1)
     frame = cv2.imdecode(np.frombuffer(data, np.uint8), _REDUCED_GRAY[reduce])

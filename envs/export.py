@@ -2,7 +2,8 @@
 
 Every recorded run (``agent run``, ``agent eval``, an online session's actors, ``agent record`` demonstrations) is
 the same folder format (docs/trajectories.md), so one exporter serves them all. It writes one row per step that has
-a stored frame, as a Parquet file or a Hugging Face ``datasets`` folder (``Dataset.save_to_disk``), with an image
+a stored frame (read through ``Episode.frame_bytes``: a regular file under the episode's folder, so a record whose
+``frame_path`` names ``/etc/passwd`` or ``../../x`` exports nothing of it), as a Parquet file or a Hugging Face ``datasets`` folder (``Dataset.save_to_disk``), with an image
 column (the frame's bytes as stored, a ``datasets.Image``).
 
 Columns: first GUI-R1's (``envs.action_bench.records``), so an export is read back as action records, as training
@@ -68,9 +69,9 @@ def step_rows(path: str | Path) -> Iterator[dict[str, Any]]:
             mapped = from_action(action)
             if step.frame_path:
                 try:
-                    image = (episode.path / step.frame_path).read_bytes()
-                except OSError as e:
-                    log.warning("step %s: frame %s cannot be read (%s); left out", step.step_id, step.frame_path, e)
+                    image = episode.frame_bytes(step)  # under the episode's folder, a regular file, bounded
+                except RecordFormatError as e:
+                    log.warning("step %s: %s; left out", step.step_id, e)
                 else:
                     yield _row(episode, step, action, mapped, image, history, device)
             if step.executed and action is not None:

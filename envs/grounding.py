@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,9 +46,13 @@ import numpy as np
 
 from devices.base import Box
 from devices.bounded_json import loads_bounded, read_bounded
+from devices.files import MAX_IMAGE_BYTES, check_image, header_size, read_regular
 from envs.errors import EnvError
 
 log = logging.getLogger(__name__)
+
+HEAD_BYTES = 256 * 1024
+"""How much of an image a load reads for its size (a JPEG's frame header may follow long metadata)."""
 
 
 class DatasetFormat(str, Enum):
@@ -354,27 +357,36 @@ def _normalized(x1: float, y1: float, x2: float, y2: float, width: int, height: 
 
 
 def image_size(path: Path) -> tuple[int, int] | None:
-    """(W, H) of an image; PNG sizes come from the header so loading 1,500 screenshots stays quick."""
+    """(W, H) of an image from its header (PNG, JPEG, GIF, BMP, WebP: ``devices.files.header_size``), so loading
+    1,500 screenshots stays quick and nothing is decoded; None when it is no such image or not a regular file."""
     try:
-        with path.open("rb") as f:
-            head = f.read(24)
-    except OSError:
+        head = read_regular(path, MAX_IMAGE_BYTES, "image") if path.stat().st_size <= HEAD_BYTES else None
+        if head is None:
+            with path.open("rb") as f:  # a regular file (checked by stat above): it cannot block
+                head = f.read(HEAD_BYTES)
+    except (OSError, ValueError):
         return None
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
-        width, height = struct.unpack(">II", head[16:24])
-        return (int(width), int(height)) if width and height else None
-    image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    return None if image is None else (int(image.shape[1]), int(image.shape[0]))
+    size = header_size(head)
+    if size is None and len(head) == HEAD_BYTES:  # a JPEG whose frame header follows large metadata
+        try:
+            size = header_size(read_regular(path, MAX_IMAGE_BYTES, "image"))
+        except (OSError, ValueError):
+            return None
+    return (int(size[0]), int(size[1])) if size and size[0] > 0 and size[1] > 0 else None
 
 
 def read_rgb(path: Path) -> np.ndarray:
     """The image as RGB uint8 H x W x 3; EnvError saying why when it cannot be read or decoded (a load checks
-    only the header, so a file cut off after it is found here)."""
+    only the header, so a file cut off after it is found here), is not a regular file of at most
+    ``MAX_IMAGE_BYTES``, or declares more than ``devices.files.MAX_IMAGE_PIXELS`` pixels."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_IMAGE_BYTES, "image")
+        check_image(data, f"image {path}")
     except OSError as e:
         raise EnvError(f"image {path} could not be read ({e.strerror or e}); was the dataset moved or changed after "
                        f"loading?") from None
+    except ValueError as e:
+        raise EnvError(f"{e}; replace the file or remove its record") from None
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
     if image is None:
         raise EnvError(f"image {path} ({len(data)} bytes) cannot be decoded: it is cut off, damaged or not an "

@@ -1,4 +1,8 @@
-"""A local web server for built-in and test pages: 127.0.0.1, a free port, a background thread."""
+"""A local web server for built-in and test pages: 127.0.0.1, a free port, a background thread.
+
+It serves only what lies inside its folder: a request whose path leads out through a symlink, or names something
+that is neither a regular file nor a folder (a FIFO would hold the server's thread forever), is answered 404. A
+derived task's ``start.page`` is served from the task's folder this way (``envs/derived``)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,14 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         log.debug("site: " + format, *args)
+
+    def translate_path(self, path: str) -> str:
+        local = super().translate_path(path)
+        root, target = Path(self.directory).resolve(), Path(local).resolve()
+        if not target.is_relative_to(root) or (target.exists() and not (target.is_file() or target.is_dir())):
+            log.info("site: refused %s (outside %s, or not a regular file)", path[:200], root)
+            return str(root / ".refused" / "missing")
+        return local
 
     def end_headers(self) -> None:
         self.send_header("Cache-Control", "no-store")

@@ -34,6 +34,8 @@ from typing import IO, Any
 import numpy as np
 
 from devices.base import Observation
+from devices.errors import DeviceError
+from devices.files import confined, read_regular
 from devices.frames import blur_boxes, decode, encode
 from envs.errors import RecordError, RecordFormatError
 from envs.records import FORMAT_VERSION, EpisodeRecord, Outcome, StepRecord, json_safe
@@ -41,6 +43,8 @@ from envs.records import FORMAT_VERSION, EpisodeRecord, Outcome, StepRecord, jso
 log = logging.getLogger(__name__)
 
 FRAME_FORMATS = ("png", "jpeg")
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""The largest stored frame read (a 4K PNG screenshot is a few MB)."""
 LOCK_FILE = "writing.lock"
 """In the episode folder: its writer holds an exclusive ``flock`` on it while the episode is open."""
 
@@ -292,13 +296,32 @@ class Episode:
     def finished(self) -> bool:
         return self.record.outcome is not None
 
-    def frame(self, step: StepRecord) -> np.ndarray:
-        """The step's stored frame as RGB uint8."""
-        path = self.path / step.frame_path
+    def frame_file(self, step: StepRecord) -> Path:
+        """The file of the step's ``frame_path``, under the episode's folder; RecordFormatError when the path is
+        absolute, has ``..`` or leads out of the folder through a symlink (a record may come from anywhere)."""
         try:
-            return decode(path.read_bytes())
+            return confined(self.path, step.frame_path, f"step {step.step_id}'s frame_path")
+        except ValueError as e:
+            raise RecordFormatError(f"{self.path}: {e}; the step's frame is not read") from None
+
+    def frame_bytes(self, step: StepRecord) -> bytes:
+        """The step's stored frame as encoded (PNG or JPEG): a regular file under the episode's folder of at most
+        ``MAX_FRAME_BYTES``; RecordFormatError saying why otherwise."""
+        path = self.frame_file(step)
+        try:
+            return read_regular(path, MAX_FRAME_BYTES, "frame")
+        except ValueError as e:
+            raise RecordFormatError(f"frame of step {step.step_id}: {e}") from None
         except OSError as e:
             raise RecordFormatError(f"frame {path} of step {step.step_id} cannot be read: {e.strerror or e}") from e
+
+    def frame(self, step: StepRecord) -> np.ndarray:
+        """The step's stored frame as RGB uint8 (``frame_bytes``, decoded within ``MAX_IMAGE_PIXELS``)."""
+        data = self.frame_bytes(step)
+        try:
+            return decode(data)
+        except DeviceError as e:
+            raise RecordFormatError(f"frame of step {step.step_id} in {self.path}: {e}") from None
 
 
 def read_episode(path: str | Path) -> Episode:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from devices.files import MAX_IMAGE_PIXELS
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ReadStats", "RolloutPrompt", "TrainSample", "iter_groups", "load_image", "messages_with_image", "read_jsonl",
@@ -161,13 +163,23 @@ def _strip_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def load_image(path: str | Path) -> np.ndarray:
-    """An RGB uint8 array from a ``.npy`` file or any image PIL reads."""
+    """An RGB uint8 array from a ``.npy`` file or any image PIL reads; ``ValueError`` when it has more than
+    ``devices.files.MAX_IMAGE_PIXELS`` pixels (the ``.npy`` shape and the image's size are read from the header,
+    before anything is decoded)."""
     path = Path(path)
     if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False, mmap_mode="r")
+        if array.ndim < 2 or array.shape[0] * array.shape[1] > MAX_IMAGE_PIXELS:
+            raise ValueError(f"{path}: an array of shape {array.shape} is no image of at most {MAX_IMAGE_PIXELS:,} "
+                             "pixels")
+        return np.array(array)
     from PIL import Image
 
-    with Image.open(path) as im:
+    with Image.open(path) as im:  # reads the header only
+        width, height = im.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise ValueError(f"{path} declares {width}x{height} pixels, more than {MAX_IMAGE_PIXELS:,} "
+                             "(MAX_IMAGE_PIXELS); scale it down first")
         return np.asarray(im.convert("RGB"))
 
 

@@ -17,8 +17,8 @@ import re
 import socket
 from typing import Any
 
-from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, device_arg, policy_arg,
-                              positive_int, print_error)
+from agent.cli.common import (DEVICE_HELP, EXIT_EPISODE_FAILED, EXIT_OK, add_set_option, add_trust_tasks_option,
+                              device_arg, policy_arg, positive_int, print_error, trust_given_tasks)
 from agent.cli.fleet import add_bus_arguments, bus_settings
 
 NAME = "actor"
@@ -33,6 +33,7 @@ def add_parser(sub: Any) -> None:
     ac.add_argument("--device", type=device_arg, required=True, metavar="DEVICE",
                     help=f"the device this actor drives: {DEVICE_HELP}")
     ac.add_argument("--env", required=True, help="the environment it runs, e.g. generated/click (agent envs)")
+    add_trust_tasks_option(ac)
     ac.add_argument("--policy", type=policy_arg, metavar="openai:URL",
                     help="act through an OpenAI-compatible policy server (vLLM with runtime LoRA) instead of the "
                          "model in this process")
@@ -72,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
                            f"through a server (openai:URL)")
     name = args.name or _default_name(kind, address)
     try:
+        trust_given_tasks(args.trust_tasks, [args.env])
         config = load_train_config(args.config, [*args.overrides, 'train.stage="rl"'])
         if not config.model.id:
             raise ConfigError("model.id is empty: give the learner's config (--config) or --set model.id=...")

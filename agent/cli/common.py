@@ -127,6 +127,34 @@ def window_overrides(args: argparse.Namespace) -> list[str]:
     return [] if args.headless is None else [f"web.headless={'true' if args.headless else 'false'}"]
 
 
+def add_trust_tasks_option(parser: Any, *, default: Any = ()) -> None:
+    """``--trust-tasks DIR`` (repeatable), in ``args.trust_tasks``: derived task files in DIR may run the commands
+    their start names (``envs/derived/trust.py``); without it such a task is refused."""
+    parser.add_argument("--trust-tasks", action="append", default=None if default is None else [], metavar="DIR",
+                        help="let the task files in DIR run the commands their start names (a desktop "
+                             "start.command, Android shell lines); only for folders whose files you wrote or read "
+                             "(docs/security.md, Files on disk)")
+
+
+def trust_given_tasks(folders: Iterable[str] | None, names: Iterable[str] = ()) -> None:
+    """Trust each ``--trust-tasks`` folder, then check that every derived task among ``names`` may be made:
+    ``TaskFileError`` naming the command and the flag to pass before any device starts."""
+    from envs.derived import check_trusted, load_task, trust_tasks
+    from envs.registry import REGISTRY
+
+    for folder in folders or ():
+        trust_tasks(folder)
+    for name in names:
+        entry = REGISTRY.get(name)
+        path = dict(entry.kwargs).get("path") if entry is not None and entry.suite == "tasks" else None
+        if path:
+            try:
+                spec = load_task(path)
+            except ValueError:
+                continue  # not a valid task: making it says why
+            check_trusted(spec, path)
+
+
 def config_path(given: str | None) -> str | None:
     """The config file to load: the one given, else ./config.toml when present, else None (built-in defaults)."""
     return given or ("config.toml" if Path("config.toml").is_file() else None)

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from agent.cli.common import EXIT_OK, make_console, print_error
+from agent.terminal import plain
 
 NAME = "envs"
 
@@ -27,6 +28,6 @@ def main(args: argparse.Namespace) -> int:
     for col in ("name", "suite", "description"):
         table.add_column(col)
     for s in specs:
-        table.add_row(s.name, s.suite, s.description)
+        table.add_row(plain(s.name), plain(s.suite), plain(s.description))  # a task file's text is never markup
     make_console().print(table)
     return EXIT_OK

@@ -18,9 +18,9 @@ from typing import Any
 
 from agent.builders import build_policy, close_policy
 from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, adapter_overrides, add_adapter_option,
-                              add_set_option, add_window_options, config_path, device_arg, eval_policy_arg,
+                              add_set_option, add_trust_tasks_option, add_window_options, config_path, device_arg, eval_policy_arg,
                               flag_overrides, make_console, policy_overrides, positive_int, print_error, versions,
-                              window_overrides)
+                              trust_given_tasks, window_overrides)
 from agent.cli.eval_actions import add_action_options, run_actions
 from agent.cli.eval_grounding import add_grounding_options, run_grounding
 from agent.terminal import plain
@@ -64,6 +64,7 @@ def add_parser(sub: Any) -> None:
     add_grounding_options(ev)
     add_action_options(ev)
     add_window_options(ev)
+    add_trust_tasks_option(ev)
     ev.add_argument("--runs-dir", help="where run folders go (config: record.runs_dir)")
     ev.add_argument("--config", help="config file (default: ./config.toml when present)")
     add_set_option(ev)
@@ -99,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
             return print_error(f"no suite {args.suite!r}; suites: {', '.join(suites)} (and screenspot with --data)")
         if args.tasks:
             names = [spec(t if "/" in t else f"{args.suite}/{t}").name for t in args.tasks]
+        trust_given_tasks(args.trust_tasks, names)  # a task whose start runs a command: refused here, untrusted
         needed = {spec(name).device_kind for name in names}
         unused = sorted({k for k, _ in args.device} - needed)
         if unused:

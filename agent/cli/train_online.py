@@ -11,13 +11,14 @@ import asyncio
 import json
 from typing import Any
 
-from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, device_arg, device_kind_arg, existing,
-                              positive_int, print_error, resume_run_dir)
+from agent.cli.common import (EXIT_EPISODE_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_trust_tasks_option, device_arg,
+                              device_kind_arg, existing, positive_int, print_error, resume_run_dir,
+                              trust_given_tasks)
 from agent.terminal import plain
 
 ONLINE_ONLY = {dest: f"--{dest.replace('_', '-')}" for dest in (
     "env", "device_kind", "device", "group_level", "max_policy_lag", "minutes", "demos", "demo_share",
-    "group_timeout")} | {"actors": "--parallel", "old_devices": "--devices"}
+    "group_timeout", "trust_tasks")} | {"actors": "--parallel", "old_devices": "--devices"}
 """The flags only an online session reads: the parsed arguments' attribute -> the flag."""
 
 
@@ -27,6 +28,7 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
                                   "to the learner, which publishes a new adapter after every update (docs/training.md)")
     on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
     on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
+    add_trust_tasks_option(on, default=None)
     on.add_argument("--device", type=device_arg, action="append", metavar="DEVICE",
                     help="the actors' device: a kind (web, the default; agent devices lists them) for every actor, "
                          "or KIND:ADDRESS (android:SERIAL) once per actor (config: online.device_kind, online.serials)")
@@ -63,6 +65,7 @@ def main(args: argparse.Namespace) -> int:
     from train.errors import CheckpointError
 
     try:
+        trust_given_tasks(args.trust_tasks, [args.env] if args.env else [])
         config, online = session_settings(args)
     except (ConfigError, OnlineError, CheckpointError, ValueError) as exc:
         return print_error(str(exc))

@@ -13,6 +13,10 @@ the columns the released loaders read (``verl/utils/dataset.py``, ``guir1/infere
     group          optional: the platform, which the released scorer counts categories by
 
 JSONL: one object a line with the same fields, ``image`` a path relative to the JSONL's folder (or ``image_dir``).
+Every image path (a JSONL's, a Parquet row's ``{"path": ...}``) is confined to that folder (the Parquet file's, a
+dataset folder itself): absolute, with ``..``, or leading out through a symlink, it is refused; only regular files
+of at most ``MAX_IMAGE_BYTES`` are read, and no image whose header declares more than
+``devices.files.MAX_IMAGE_PIXELS`` pixels is decoded.
 A Hugging Face dataset folder (``Dataset.save_to_disk``, as ``agent data export --format hf`` writes it) holds the
 same columns, its images read whole at load.
 
@@ -30,13 +34,14 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
 from devices.bounded_json import loads_bounded, read_bounded
+from devices.files import MAX_IMAGE_BYTES, check_image, confined, read_regular
 from envs.action_bench.benchmarks import GENERIC, Benchmark, benchmark, infer_benchmark
 from envs.errors import EnvError
 from envs.grounding import RejectedRecord, RejectKind
@@ -196,10 +201,7 @@ def _image_path(raw: dict[str, Any], root: Path) -> Path:
     name = raw.get("image", raw.get("image_path"))
     if not isinstance(name, str) or not name.strip():
         raise ValueError("no 'image' path")
-    rel = PurePosixPath(name.replace("\\", "/"))
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"image path {name!r} leaves the image folder")
-    path = root / rel
+    path = confined(root, name, "image path")  # ValueError: absolute, '..', a symlink out of the folder
     if not path.is_file():
         raise ValueError(f"image {path} does not exist")
     return path
@@ -244,7 +246,7 @@ def _load_file(file: Path, bench: str | None, units: str, image_root: Path, any_
             if isinstance(raw, str):
                 raise ValueError(raw)
             image = _image_path(raw, image_root) if file.suffix == ".jsonl" else None
-            data = _image_bytes(raw.get("image")) if is_hf_folder(file) else None
+            data = _image_bytes(raw.get("image"), file) if is_hf_folder(file) else None
             if is_hf_folder(file) and data is None:
                 raise ValueError("no image bytes")
             records.append(_record(raw, file, row, found, unit, image, data))
@@ -257,20 +259,45 @@ def _load_file(file: Path, bench: str | None, units: str, image_root: Path, any_
 
 
 def decode_image(data: bytes) -> np.ndarray:
-    """Encoded image bytes (PNG, JPEG, ...) as an RGB uint8 array; EnvError when they do not decode."""
+    """Encoded image bytes (PNG, JPEG, ...) as an RGB uint8 array; EnvError when they do not decode or their header
+    declares more than ``devices.files.MAX_IMAGE_PIXELS`` pixels (checked before decoding)."""
+    try:
+        check_image(data)
+    except ValueError as e:
+        raise EnvError(str(e)) from None
     array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if array is None:
         raise EnvError(f"{len(data)} bytes that are not a decodable image")
     return cv2.cvtColor(array, cv2.COLOR_BGR2RGB)
 
 
-def _image_bytes(value: Any) -> bytes | None:
+def image_root(file: Path) -> Path:
+    """The folder a file's image paths are relative to: a dataset folder itself, else the file's folder."""
+    return file if file.is_dir() else file.parent
+
+
+def read_image_file(path: Path) -> bytes | None:
+    """An image file's bytes (a regular file within ``MAX_IMAGE_BYTES``); None, with a warning, otherwise."""
+    try:
+        return read_regular(path, MAX_IMAGE_BYTES, "image")
+    except (OSError, ValueError) as e:
+        log.warning("image %s not read: %s", path, e)
+        return None
+
+
+def _image_bytes(value: Any, root: Path) -> bytes | None:
+    """A row's image: its bytes, or the file its path names under ``root`` (never outside it)."""
     if isinstance(value, dict):
         value = value.get("bytes") or value.get("path")
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
-    if isinstance(value, str) and Path(value).is_file():
-        return Path(value).read_bytes()
+    if isinstance(value, str) and value:
+        try:
+            path = confined(root, value, "image path")
+        except ValueError as e:
+            log.warning("image not read: %s", e)
+            return None
+        return read_image_file(path) if path.exists() else None
     return None
 
 
@@ -283,16 +310,16 @@ def iter_images(dataset: ActionDataset, records: Sequence[ActionRecord], batch: 
             if r.image_bytes is not None:
                 yield r, r.image_bytes
             else:
-                yield r, r.image_path.read_bytes() if r.image_path is not None and r.image_path.is_file() else None
+                yield r, read_image_file(r.image_path) if r.image_path is not None else None
         return
     import pyarrow.parquet as pq
 
     wanted = {r.row: r for r in records}
-    row = 0
+    row, root = 0, image_root(dataset.file)
     for chunk in pq.ParquetFile(dataset.file).iter_batches(batch_size=batch, columns=["image"]):
         for value in chunk.column(0).to_pylist():
             if row in wanted:
-                yield wanted.pop(row), _image_bytes(value)
+                yield wanted.pop(row), _image_bytes(value, root)
             row += 1
         if not wanted:
             return
@@ -326,9 +353,9 @@ def read_image(record: ActionRecord) -> bytes | None:
     if record.image_bytes is not None:
         return record.image_bytes
     if record.image_path is not None:
-        return record.image_path.read_bytes() if record.image_path.is_file() else None
+        return read_image_file(record.image_path)
     starts = _row_groups(str(record.file))
     group = bisect.bisect_right(starts, record.row) - 1
     images = _group_images(str(record.file), group)
     offset = record.row - starts[group]
-    return _image_bytes(images[offset]) if 0 <= offset < len(images) else None
+    return _image_bytes(images[offset], image_root(record.file)) if 0 <= offset < len(images) else None

@@ -6,6 +6,10 @@ loaded. A file that does not load is registered all the same, its error in the d
 envs`` shows it and ``make`` raises the error naming the file and the field. ``register_tasks(folder)`` registers
 another folder's tasks instead (tests, a long-lived process after writing a task).
 
+A task file is data: it is read only when it is a regular file (a FIFO named ``x.json`` is listed with its error,
+never waited on), within ``MAX_TASK_BYTES``, and a start that runs a command runs only from a folder the person
+trusts (``--trust-tasks DIR``, ``envs/derived/trust.py``).
+
 docs/recording.md ("Derived tasks") describes the file format.
 """
 
@@ -21,6 +25,7 @@ from envs.derived.env import DerivedTaskEnv
 from envs.derived.spec import (FORMAT, Condition, ConditionKind, DeviceKind, TextMatch, TaskSpec, check_name, load_task,
                                parse_task)
 from envs.derived.states import TextReader, read_android_state, read_desktop_state, read_web_state
+from envs.derived.trust import check_trusted, commands_of, trust_tasks, trusted_folders
 from envs.errors import TaskFileError
 from envs.registry import REGISTRY, register
 
@@ -53,7 +58,8 @@ def register_tasks(folder: str | Path | None = None) -> list[str]:
             log.info("%s", e)  # listed with its error; making it raises the error
             register(name, _ENTRY, SUITE, f"cannot be loaded: {e}", device_kind=None, path=str(path.resolve()), env_name=name)
         else:
-            register(name, _ENTRY, SUITE, f"{spec.device.value}: {spec.instruction}", max_steps=spec.max_steps,
+            runs = " (its start runs a command: needs --trust-tasks)" if commands_of(spec) else ""
+            register(name, _ENTRY, SUITE, f"{spec.device.value}: {spec.instruction}{runs}", max_steps=spec.max_steps,
                      device_kind=spec.device.value, path=str(path.resolve()), env_name=name)
         names.append(name)
     return names
@@ -62,6 +68,6 @@ def register_tasks(folder: str | Path | None = None) -> list[str]:
 register_tasks()
 
 __all__ = ["FORMAT", "SUITE", "TASKS_DIR_VARIABLE", "Condition", "ConditionKind", "ConditionResult", "DerivedTaskEnv",
-           "DeviceKind", "TextMatch", "TaskSpec", "TextReader", "check", "check_name", "derive_task", "load_task",
+           "DeviceKind", "TextMatch", "TaskSpec", "TextReader", "check", "check_name", "check_trusted", "commands_of", "derive_task", "load_task",
            "parse_task", "read_android_state", "read_desktop_state", "read_web_state", "register_tasks",
-           "tasks_dir", "verdict", "wanted_for_derive"]
+           "tasks_dir", "trust_tasks", "trusted_folders", "verdict", "wanted_for_derive"]

@@ -3,6 +3,9 @@
     env = make("tasks/subscribe")                 # registered from tasks/subscribe.json
     obs, info = await env.reset()                  # the start state: the page, the app, the command
 
+Making one refuses a task whose start runs a command (a desktop ``start.command``, an Android shell line other than a
+force-stop) unless its folder is trusted (``envs/derived/trust.py``, ``--trust-tasks DIR``).
+
 ``reset`` puts the device in the task's start state each time: the web opens the start page in a fresh page (the
 other tabs closed, cookies and the origin's storage cleared, the recorded viewport); Android goes home, runs the
 recipe's commands and starts the app; the desktop starts the task's command (stopping the previous one). Seeds
@@ -37,6 +40,7 @@ from envs.derived.spec import (AndroidStart, DesktopStart, DeviceKind, OcrTextCo
                                load_task)
 from envs.derived.states import (TextReader, newest_page, read_android_state, read_desktop_state, read_web_state,
                                  wanted_selectors)
+from envs.derived.trust import check_trusted
 from envs.errors import EnvError
 from envs.tasks import TaskVerdict
 
@@ -53,6 +57,7 @@ class DerivedTaskEnv(CheckedEnv):
                  adb_host: str = "127.0.0.1", text_reader: TextReader | None = None, env_name: str | None = None
                  ) -> None:
         self.spec: TaskSpec = load_task(path)
+        check_trusted(self.spec, path)  # a start that runs a command: only from a folder --trust-tasks names
         self.name = env_name or f"tasks/{self.spec.name}"
         self.text_reader = text_reader
         self.adb = (serial, adb_host, adb_port)

@@ -8,8 +8,10 @@ A task file is one JSON object (docs/recording.md, "Derived tasks", has the whol
                     {"kind": "text_visible", "text": "Thank you"}]}
 
 ``load_task`` reads one strictly: an unknown field, a wrong type, a condition that does not belong to the
-task's device, a ``start.page`` outside the task's folder or a file over ``MAX_TASK_BYTES`` is a
-``TaskFileError`` naming the file and the field. ``TaskSpec.to_dict`` writes the same form back.
+task's device, a ``start.page`` outside the task's folder, a ``start.url`` that is not http(s), a file that is not a
+regular file (a FIFO, a device: never waited on) or is over ``MAX_TASK_BYTES`` is a ``TaskFileError`` naming the
+file and the field. A start that runs a command loads, but runs only from a trusted folder
+(``envs/derived/trust.py``). ``TaskSpec.to_dict`` writes the same form back.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import urlparse
 
 from devices.base import Box
 from devices.bounded_json import loads_bounded
+from devices.files import read_regular
 from envs.derived.fields import Fields
 from envs.errors import TaskFileError
 
@@ -38,7 +41,9 @@ MAX_TEXT = 4000
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 """Task names: lowercase letters, digits, ``-`` and ``_``; the file is ``NAME.json``, the environment
 ``tasks/NAME``."""
-URL_SCHEMES = ("http", "https", "file")
+URL_SCHEMES = ("http", "https")
+"""The schemes a task file's ``start.url`` may use: a ``file:`` address would show any file of the machine to the
+policy (a local page goes next to the task file, as ``start.page``)."""
 
 
 class DeviceKind(str, Enum):
@@ -285,14 +290,15 @@ def load_task(path: str | Path) -> TaskSpec:
     """Read and check one task file (see the module docstring); TaskFileError naming the file and field."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_TASK_BYTES:
-            raise TaskFileError(f"{path}: {size:,} bytes, more than {MAX_TASK_BYTES:,} (MAX_TASK_BYTES); a task file "
-                                "is a few hundred bytes: is it the right file?")
-        data = loads_bounded(path.read_text(encoding="utf-8"), records=False)
-    except TaskFileError:
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raw = read_regular(path, MAX_TASK_BYTES, "task file")  # a FIFO, /dev/zero: refused, never waited on
+    except ValueError as e:
+        raise TaskFileError(f"{e} (MAX_TASK_BYTES is {MAX_TASK_BYTES:,}; a task file is a few hundred bytes)"
+                            ) from None
+    except OSError as e:
+        raise TaskFileError(f"{path}: cannot read it: {e.strerror or e}") from None
+    try:
+        data = loads_bounded(raw.decode("utf-8"), records=False)
+    except (UnicodeDecodeError, ValueError) as e:
         raise TaskFileError(f"{path}: cannot read it as JSON: {e}") from None
     return parse_task(data, path)
 
@@ -344,8 +350,9 @@ def parse_start(device: DeviceKind, data: Any, path: Path) -> Start:
         f.done()
         if bool(url) == bool(page):
             f.fail("url", "give exactly one of url (an address) and page (a file under the task's folder)")
-        if url and urlparse(url).scheme.lower() not in URL_SCHEMES:
-            f.fail("url", f"{url!r} needs one of the schemes {', '.join(URL_SCHEMES)}")
+        if url and (urlparse(url).scheme.lower() not in URL_SCHEMES or not urlparse(url).netloc):
+            f.fail("url", f"{url[:200]!r} is not an {' or '.join(URL_SCHEMES)} address; a task file starts only at "
+                   "a web address (a page on this machine goes next to the task file, named by start.page)")
         if page:
             check_inside(page, path, "start.page")
         return WebStart(url, page, tuple(viewport) if viewport else None)  # type: ignore[arg-type]

@@ -354,7 +354,7 @@ def test_a_task_with_its_own_page_conforms_and_is_checked(loop, shared, tasks):
     ({"start": {"page": "../../etc/passwd"}}, "start.page: '../../etc/passwd' is outside the task's folder"),
     ({"start": {"page": "/etc/passwd"}}, "start.page: '/etc/passwd' is outside the task's folder"),
     ({"start": {"page": "missing.html"}}, "does not exist"),
-    ({"start": {"url": "ftp://example.com/"}}, "start.url 'ftp://example.com/' needs one of the schemes"),
+    ({"start": {"url": "ftp://example.com/"}}, "start.url 'ftp://example.com/' is not an http or https address"),
     ({"start": {"url": "http://a/", "page": "b.html"}}, "give exactly one of url"),
     ({"start": {"url": "http://a/", "viewport": [10, 10]}}, "start.viewport must be [width, height]"),
 ])
@@ -369,7 +369,7 @@ def test_the_loader_refuses_huge_deep_and_broken_files(tmp_path):
     huge = tmp_path / "huge.json"
     with huge.open("w") as f:
         f.write('{"name": "huge", "pad": "' + "x" * (1024 * 1024) + '"}')
-    with pytest.raises(TaskFileError, match=r"huge.json: 1,048,6\d\d bytes, more than 1,048,576"):
+    with pytest.raises(TaskFileError, match=r"huge.json is 1,048,6\d\d bytes, more than 1,048,576"):
         load_task(huge)
     deep = _write(tmp_path, "deep", "[" * 5000 + "]" * 5000)
     with pytest.raises(TaskFileError, match="deep.json: cannot read it as JSON: .*nested more than 64"):

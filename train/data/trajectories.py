@@ -163,8 +163,12 @@ class TrajectorySource(ListedItems):
             return "no_guir1_action", f"GUI-R1 has no action for {action.kind.value}"
         if step.sensitive:
             return "sensitive", "typed text went into a password field and is masked"
-        if not (episode.path / step.frame_path).is_file():
-            return "missing_frame", f"frame {episode.path / step.frame_path} does not exist"
+        try:
+            frame = episode.frame_file(step)
+        except RecordFormatError as e:
+            return "missing_frame", str(e)
+        if not frame.is_file():
+            return "missing_frame", f"frame {frame} does not exist"
         return None
 
     def prompt(self, index: int) -> RolloutPrompt:
