@@ -175,7 +175,11 @@ def load_image(path: str | Path) -> np.ndarray:
         return np.array(array)
     from PIL import Image
 
-    with Image.open(path) as im:  # reads the header only
+    try:
+        im = Image.open(path)  # reads the header only
+    except Image.DecompressionBombError as e:  # PIL's own bound, twice its MAX_IMAGE_PIXELS
+        raise ValueError(f"{path}: {e}") from None
+    with im:
         width, height = im.size
         if width * height > MAX_IMAGE_PIXELS:
             raise ValueError(f"{path} declares {width}x{height} pixels, more than {MAX_IMAGE_PIXELS:,} "

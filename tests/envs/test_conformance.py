@@ -150,10 +150,12 @@ def test_every_android_environment_conforms(adb_port, tasks, name):  # noqa: F81
 
 
 DESKTOP_CHECK = """
-import asyncio, sys
+import asyncio, os, sys
 from envs.conformance import check_env
+from envs.derived import trust_tasks
 from envs.registry import make
 
+trust_tasks(os.environ["HANDEYE_TASKS_DIR"])  # tasks/desktop-save starts its app: a command (--trust-tasks)
 asyncio.run(check_env(make(sys.argv[1])))
 print("CONFORMS")
 """

@@ -220,9 +220,12 @@ root.mainloop()
 """
 
 DESKTOP_SCENARIO = """
-import asyncio, json
+import asyncio, json, os
 from devices.actions import Action, ActionKind, Point
+from envs.derived import trust_tasks
 from envs.registry import make
+
+trust_tasks(os.environ["HANDEYE_TASKS_DIR"])  # the task starts its app: a command (--trust-tasks)
 
 async def main():
     env = make("tasks/save")
