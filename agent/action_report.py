@@ -67,7 +67,8 @@ def format_action_tables(result: dict[str, Any]) -> list[Any]:
     confusion.add_column("true", no_wrap=True)
     confusion.add_column("predicted (steps)", overflow="fold")
     for gt, row in result["confusion"].items():
-        confusion.add_row(escape(str(gt)), escape(", ".join(f"{p} {n}" for p, n in sorted(row.items(), key=lambda kv: -kv[1]))))
+        predicted = ", ".join(f"{p} {n}" for p, n in sorted(row.items(), key=lambda kv: -kv[1]))
+        confusion.add_row(escape(str(gt)), escape(predicted))
     return [scores, breakdown, confusion]
 
 

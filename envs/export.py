@@ -2,9 +2,10 @@
 
 Every recorded run (``agent run``, ``agent eval``, an online session's actors, ``agent record`` demonstrations) is
 the same folder format (docs/trajectories.md), so one exporter serves them all. It writes one row per step that has
-a stored frame (read through ``Episode.frame_bytes``: a regular file under the episode's folder, so a record whose
-``frame_path`` names ``/etc/passwd`` or ``../../x`` exports nothing of it), as a Parquet file or a Hugging Face ``datasets`` folder (``Dataset.save_to_disk``), with an image
-column (the frame's bytes as stored, a ``datasets.Image``).
+a stored frame, as a Parquet file or a Hugging Face ``datasets`` folder (``Dataset.save_to_disk``), with an image
+column (the frame's bytes as stored, a ``datasets.Image``). Frames are read through ``Episode.frame_bytes``: a
+regular file under the episode's folder, so a record whose ``frame_path`` names ``/etc/passwd`` or ``../../x``
+exports nothing of it (the step is left out with a warning).
 
 Columns: first GUI-R1's (``envs.action_bench.records``), so an export is read back as action records, as training
 data (``data.source = "actions"``) or as an action benchmark (``agent eval --suite actions --benchmark ...``):

@@ -127,10 +127,11 @@ def window_overrides(args: argparse.Namespace) -> list[str]:
     return [] if args.headless is None else [f"web.headless={'true' if args.headless else 'false'}"]
 
 
-def add_trust_tasks_option(parser: Any, *, default: Any = ()) -> None:
-    """``--trust-tasks DIR`` (repeatable), in ``args.trust_tasks``: derived task files in DIR may run the commands
-    their start names (``envs/derived/trust.py``); without it such a task is refused."""
-    parser.add_argument("--trust-tasks", action="append", default=None if default is None else [], metavar="DIR",
+def add_trust_tasks_option(parser: Any, *, none_when_absent: bool = False) -> None:
+    """``--trust-tasks DIR`` (repeatable), in ``args.trust_tasks`` (an empty list when not given, or None with
+    ``none_when_absent``): derived task files in DIR may run the commands their start names
+    (``envs/derived/trust.py``); without it such a task is refused."""
+    parser.add_argument("--trust-tasks", action="append", default=None if none_when_absent else [], metavar="DIR",
                         help="let the task files in DIR run the commands their start names (a desktop "
                              "start.command, Android shell lines); only for folders whose files you wrote or read "
                              "(docs/security.md, Files on disk)")

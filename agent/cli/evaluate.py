@@ -18,9 +18,9 @@ from typing import Any
 
 from agent.builders import build_policy, close_policy
 from agent.cli.common import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, adapter_overrides, add_adapter_option,
-                              add_set_option, add_trust_tasks_option, add_window_options, config_path, device_arg, eval_policy_arg,
-                              flag_overrides, make_console, policy_overrides, positive_int, print_error, versions,
-                              trust_given_tasks, window_overrides)
+                              add_set_option, add_trust_tasks_option, add_window_options, config_path, device_arg,
+                              eval_policy_arg, flag_overrides, make_console, policy_overrides, positive_int,
+                              print_error, trust_given_tasks, versions, window_overrides)
 from agent.cli.eval_actions import add_action_options, run_actions
 from agent.cli.eval_grounding import add_grounding_options, run_grounding
 from agent.terminal import plain

@@ -28,7 +28,7 @@ def add_arguments(train: argparse.ArgumentParser) -> None:
                                   "to the learner, which publishes a new adapter after every update (docs/training.md)")
     on.add_argument("--online", action="store_true", help="run actors and the learner together, in this process")
     on.add_argument("--env", help="environment the actors run, e.g. generated/click (agent envs lists them)")
-    add_trust_tasks_option(on, default=None)
+    add_trust_tasks_option(on, none_when_absent=True)  # ONLINE_ONLY: None unless given
     on.add_argument("--device", type=device_arg, action="append", metavar="DEVICE",
                     help="the actors' device: a kind (web, the default; agent devices lists them) for every actor, "
                          "or KIND:ADDRESS (android:SERIAL) once per actor (config: online.device_kind, online.serials)")

@@ -68,6 +68,6 @@ def register_tasks(folder: str | Path | None = None) -> list[str]:
 register_tasks()
 
 __all__ = ["FORMAT", "SUITE", "TASKS_DIR_VARIABLE", "Condition", "ConditionKind", "ConditionResult", "DerivedTaskEnv",
-           "DeviceKind", "TextMatch", "TaskSpec", "TextReader", "check", "check_name", "check_trusted", "commands_of", "derive_task", "load_task",
-           "parse_task", "read_android_state", "read_desktop_state", "read_web_state", "register_tasks",
-           "tasks_dir", "trust_tasks", "trusted_folders", "verdict", "wanted_for_derive"]
+           "DeviceKind", "TextMatch", "TaskSpec", "TextReader", "check", "check_name", "check_trusted", "commands_of",
+           "derive_task", "load_task", "parse_task", "read_android_state", "read_desktop_state", "read_web_state",
+           "register_tasks", "tasks_dir", "trust_tasks", "trusted_folders", "verdict", "wanted_for_derive"]

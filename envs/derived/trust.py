@@ -68,6 +68,7 @@ def check_trusted(spec: TaskSpec, path: str | Path) -> None:
         return
     where = "on this machine" if isinstance(spec.start, DesktopStart) else "on the phone (adb shell)"
     field = "start.command" if isinstance(spec.start, DesktopStart) else "start.commands"
-    raise TaskFileError(f"{path}: {field} runs {commands[0][:200]!r} {where}; a task file runs commands only from "
-                        f"a folder you trust. If you wrote this file or read it, pass {TRUST_FLAG} {shlex.quote(str(folder))}; "
-                        "otherwise remove the field")
+    flag = f"{TRUST_FLAG} {shlex.quote(str(folder))}"
+    raise TaskFileError(f"{path}: {field} runs {commands[0][:200]!r} {where}; a task file runs commands only "
+                        f"from a folder you trust. If you wrote this file or read it, pass {flag}; otherwise remove "
+                        "the field")

@@ -266,6 +266,24 @@ def test_a_dataset_image_path_is_confined_to_the_dataset_folder(tmp_path):
     assert [read_image(r) for r in dataset.records] == images
 
 
+def test_a_training_jsonl_image_path_is_confined_to_its_image_folder(tmp_path):
+    from train.data.grounding import GroundingSource
+
+    outside = tmp_path / "private.png"
+    outside.write_bytes(_png(200))
+    folder = tmp_path / "train"
+    folder.mkdir()
+    (folder / "ok.png").write_bytes(_png(90))
+    (folder / "link.png").symlink_to(outside)
+    rows = [{"image": name, "instruction": "click", "box": [1, 1, 10, 10]}
+            for name in ("ok.png", str(outside), "../private.png", "link.png")]
+    file = folder / "rows.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    source = GroundingSource(file)
+    assert [s.image_path.name for s in source.grounding_samples()] == ["ok.png"]
+    assert [s.kind for s in source.skipped] == ["unsafe_path"] * 3
+
+
 def test_a_pixel_bomb_is_refused_before_it_is_decoded(tmp_path, bomb):
     from envs.action_bench.records import decode_image
     from envs.grounding import read_rgb

@@ -6,7 +6,8 @@ our own JSONL, one object a line::
     {"image": "shots/0001.png", "instruction": "open settings", "box": [x1, y1, x2, y2], "box_space": "pixels"}
     {"image": "shots/0002.png", "instruction": "click the red logo", "negative": true}
 
-``image`` is relative to ``image_dir`` (default: the JSONL's folder) or absolute; ``box`` is the target's corners,
+``image`` is relative to ``image_dir`` (default: the JSONL's folder) and stays inside it (an absolute path, ``..``
+or a symlink out of the folder is a rejected row: a file may come from anywhere); ``box`` is the target's corners,
 ``box_space`` "pixels" (default; the image's own pixels) or "normalized" (fractions of its width and height);
 ``"negative": true`` means the target is not on the screen (no box); an optional ``"id"`` names the row (default:
 its line number). Rows that cannot be used (malformed, bad box: not four numbers, x2 <= x1 or y2 <= y1, outside
@@ -28,6 +29,7 @@ from typing import Any
 
 from devices.base import Box
 from devices.bounded_json import loads_bounded, read_bounded
+from devices.files import confined
 from envs.errors import EnvError
 from envs.grounding import GroundingSample, RejectKind, image_size, load_grounding, read_rgb
 from policy.presets import GROUNDING_FAMILY, ModelPreset
@@ -69,8 +71,10 @@ def _jsonl_row(row: Any, root: Path) -> tuple[Path, tuple[int, int], str, Box | 
     space = row.get("box_space", "pixels")
     if space not in ("pixels", "normalized"):
         raise BadRow(RejectKind.MALFORMED, f"'box_space' must be 'pixels' or 'normalized', got {space!r}")
-    path = Path(name)
-    path = path if path.is_absolute() else root / path
+    try:
+        path = confined(root, name, "image path")
+    except ValueError as e:
+        raise BadRow(RejectKind.UNSAFE_PATH, f"{e} (image_dir: {root})") from None
     if not path.is_file():
         raise BadRow(RejectKind.MISSING_IMAGE, f"image {path} does not exist")
     size = image_size(path)
