@@ -15,6 +15,7 @@ import pytest
 
 from agent.cli import main
 from envs.derived import register_tasks
+from envs.errors import TaskFileError
 from tests.conftest import REPO
 from tests.envs.test_files_on_disk import RUN, _parquet, _png, png_bomb, task_file
 
@@ -106,3 +107,26 @@ def test_agent_data_export_copies_no_file_a_record_names_outside_its_run(tmp_pat
     assert "exported 1 steps" in capsys.readouterr().out
     images = [row["bytes"] for row in pq.read_table(out, columns=["image"]).column(0).to_pylist()]
     assert images == [(RUN / "ep0000" / "frames" / "0000.png").read_bytes()]
+
+
+def test_a_demonstration_recorded_at_a_file_page_makes_a_task_that_loads(tmp_path):
+    """``agent record --url file:///...`` is the person's own URL; the task it makes starts at a copy of the page
+    next to the task file (task files start only at http(s) addresses)."""
+    from agent.derived_tasks import TaskMaker
+    from envs.derived import load_task
+    from envs.derived.spec import DeviceKind, TaskSpec, TextVisibleCondition, WebStart, write_task
+
+    page = tmp_path / "site" / "form page.html"
+    page.parent.mkdir()
+    page.write_text("<p>Thanks</p>", encoding="utf-8")
+    folder = tmp_path / "tasks"
+    maker = TaskMaker("form", folder, kind="web")
+    spec = TaskSpec("form", "Send the form", DeviceKind.WEB, WebStart(page.as_uri(), viewport=(800, 600)),
+                    (TextVisibleCondition("Thanks"),))
+    made = maker.with_local_page(spec)
+    loaded = load_task(write_task(made, folder))
+    assert loaded.start.page == "form page.html" and loaded.start.url == ""
+    assert (folder / "form page.html").read_text(encoding="utf-8") == "<p>Thanks</p>"
+    with pytest.raises(TaskFileError, match="is not a file here"):
+        maker.with_local_page(TaskSpec("form", "x", DeviceKind.WEB, WebStart("file:///nowhere/x.html"),
+                                       (TextVisibleCondition("x"),)))
