@@ -33,6 +33,8 @@ FOR_ACTORS = {
     "device": ("--device", "the device is each actor's: agent actor --device KIND[:ADDRESS] ... (docs/fleet.md)"),
     "device_kind": ("--device-kind", "the device kind is each actor's: agent actor --device KIND[:ADDRESS] ... "
                                      "(docs/fleet.md)"),
+    "trust_tasks": ("--trust-tasks", "a task's start runs on each actor's machine: agent actor --trust-tasks DIR ... "
+                                     "(docs/recording.md, Derived tasks)"),
 }
 """The flags of ``agent train --online`` (``train_online.add_arguments``) that mean nothing for a learner, by
 attribute name: the flag and where it belongs. Every other flag of that group is the learner's too."""
