@@ -5,7 +5,8 @@ inside the decoder, a 5,000-digit number raises ``ValueError`` (CPython refuses 
 huge file is read whole into memory first. Here each of those is a ``ValueError`` whose message says where (line,
 and the record's index in a top-level list) and what to do, found before anything is decoded:
 
-- ``MAX_FILE_BYTES``: checked with ``stat`` before the file is read;
+- ``MAX_FILE_BYTES``: checked with ``stat`` before the file is read, and only a regular file is read
+  (``devices.files.read_regular``: a FIFO or a device is refused, never waited on);
 - ``MAX_DEPTH``: nesting of lists and objects (a dataset record or an action is 2 or 3 levels deep);
 - ``MAX_NUMBER_CHARS``: characters of one number (a float64 written out in full takes about 24).
 
@@ -18,6 +19,8 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from devices.files import read_regular
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NUMBER_CHARS", "check_json", "loads_bounded", "read_bounded"]
 
@@ -113,11 +116,12 @@ def loads_bounded(text: str, *, first_line: int = 1, records: bool = True) -> An
 
 
 def read_bounded(path: str | Path) -> str:
-    """The UTF-8 text of ``path`` when it is at most ``MAX_FILE_BYTES``; ``ValueError`` when larger (the size is
-    checked before reading), ``OSError`` / ``UnicodeDecodeError`` as from ``Path.read_text``."""
+    """The UTF-8 text of ``path`` when it is a regular file of at most ``MAX_FILE_BYTES``; ``ValueError`` when larger
+    (the size is checked before reading) or not a regular file (a FIFO or a device: never waited on,
+    ``devices.files.read_regular``), ``OSError`` / ``UnicodeDecodeError`` as from ``Path.read_text``."""
     path = Path(path)
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise ValueError(f"{path} is {size:,} bytes, more than {MAX_FILE_BYTES:,} (MAX_FILE_BYTES); split it into "
                          f"smaller files")
-    return path.read_text(encoding="utf-8")
+    return read_regular(path, MAX_FILE_BYTES).decode("utf-8")

@@ -163,6 +163,26 @@ def test_a_fifo_or_a_device_named_like_a_task_is_refused_without_waiting(tasks):
         assert description.startswith("cannot be loaded") and kind in description, description
 
 
+def test_a_fifo_given_as_a_dataset_or_script_is_refused_without_waiting(tmp_path):
+    from devices.bounded_json import read_bounded
+
+    fifo = tmp_path / "data.json"
+    os.mkfifo(fifo)
+    out: list[Any] = []
+
+    def read() -> None:
+        try:
+            read_bounded(fifo)
+        except ValueError as e:
+            out.append(str(e))
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "read_bounded is stuck on a FIFO"
+    assert out and "is not a regular file (a FIFO)" in out[0]
+
+
 def test_read_regular_bounds_what_it_reads(tmp_path):
     big = tmp_path / "big"
     big.write_bytes(b"x" * 1001)
