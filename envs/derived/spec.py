@@ -291,9 +291,8 @@ def load_task(path: str | Path) -> TaskSpec:
     path = Path(path)
     try:
         raw = read_regular(path, MAX_TASK_BYTES, "task file")  # a FIFO, /dev/zero: refused, never waited on
-    except ValueError as e:
-        raise TaskFileError(f"{e} (MAX_TASK_BYTES is {MAX_TASK_BYTES:,}; a task file is a few hundred bytes)"
-                            ) from None
+    except ValueError as e:  # not a regular file, or over MAX_TASK_BYTES (a task file is a few hundred bytes)
+        raise TaskFileError(str(e)) from None
     except OSError as e:
         raise TaskFileError(f"{path}: cannot read it: {e.strerror or e}") from None
     try:
