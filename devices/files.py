@@ -30,9 +30,10 @@ MAX_IMAGE_PIXELS = 64 * 1024 * 1024
 ScreenSpot-Pro screenshot about 20 million). Decoded RGB it takes 201 MB."""
 
 
-def read_regular(path: str | Path, max_bytes: int, what: str = "file") -> bytes:
+def read_regular(path: str | Path, max_bytes: int, what: str = "file", *, head: bool = False) -> bytes:
     """The bytes of ``path`` when it is a regular file of at most ``max_bytes``; ``ValueError`` when it is not a
-    regular file (a FIFO, a device, a socket, a folder) or is larger; ``OSError`` as from ``open`` otherwise."""
+    regular file (a FIFO, a device, a socket, a folder) or is larger; ``OSError`` as from ``open`` otherwise.
+    With ``head``, the first ``max_bytes`` of a regular file of any size."""
     path = Path(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -40,6 +41,9 @@ def read_regular(path: str | Path, max_bytes: int, what: str = "file") -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path} is not a regular file ({kind_of(info.st_mode)}); a {what} must be a plain "
                              "file: replace it with one")
+        if head:
+            os.set_blocking(fd, True)
+            return os.read(fd, max_bytes)
         if info.st_size > max_bytes:
             raise ValueError(f"{path} is {info.st_size:,} bytes, more than {max_bytes:,} a {what} may have: is it "
                              "the right file?")

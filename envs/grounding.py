@@ -360,10 +360,7 @@ def image_size(path: Path) -> tuple[int, int] | None:
     """(W, H) of an image from its header (PNG, JPEG, GIF, BMP, WebP: ``devices.files.header_size``), so loading
     1,500 screenshots stays quick and nothing is decoded; None when it is no such image or not a regular file."""
     try:
-        head = read_regular(path, MAX_IMAGE_BYTES, "image") if path.stat().st_size <= HEAD_BYTES else None
-        if head is None:
-            with path.open("rb") as f:  # a regular file (checked by stat above): it cannot block
-                head = f.read(HEAD_BYTES)
+        head = read_regular(path, HEAD_BYTES, "image", head=True)
     except (OSError, ValueError):
         return None
     size = header_size(head)
