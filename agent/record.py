@@ -10,6 +10,10 @@ element's box where the device can tell (a demonstration step is directly a GUI-
 sample), and ``info.policy.frame_lag_s`` / ``late`` when input came faster than frames. The guard
 is not in the way (the person acts, not a model); secrets are redacted from every record as in any
 run, and text typed into password fields arrives masked.
+
+When the episode ends, however it ends, its record's ``env.recorder`` is the recorder's ``describe()`` as of then, so
+counts a recorder keeps over the recording (the web recorder's ``refused``: reports it did not take) are the final
+ones.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.episode import EpisodeResult, RunOptions
+from agent.episode import EpisodeResult, RunOptions, jsonable
 from agent.runner import run_episode
 from agent.secrets import Secrets
 from devices.base import Observation
@@ -54,5 +58,10 @@ async def record_demonstration(env: RecordingEnv, writer: EpisodeWriter, *, secr
                                stop: asyncio.Event | None = None) -> EpisodeResult:
     """Record one demonstration into ``writer``'s episode. The caller closes ``env`` (and so the recorder)."""
     # Every step is the person's: nothing is rejected for retries' sake, so the retry limit is moot.
-    return await run_episode(env, HumanPolicy(env), writer, options=RunOptions(max_parse_retries=1_000_000),
-                             secrets=secrets, on_step=on_step, stop=stop)
+    try:
+        return await run_episode(env, HumanPolicy(env), writer, options=RunOptions(max_parse_retries=1_000_000),
+                                 secrets=secrets, on_step=on_step, stop=stop)
+    finally:
+        if writer.record.outcome is not None and writer.record.env is not None:  # the counts as they ended
+            described = (secrets or Secrets()).redact_value(env.recorder.describe())
+            writer.update(env={**writer.record.env, "recorder": jsonable(described)})

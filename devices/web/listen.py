@@ -15,8 +15,9 @@ replace it. A binding call is taken only from an execution context this module s
 anything the report says.
 
 One CDP session per target: the page's (its main frame and every same-process frame), and one per
-out-of-process frame (a cross-origin iframe under site isolation), opened when Playwright reports
-the frame and recognised by its target id, so no target is listened to twice. A child frame's
+out-of-process frame (a cross-origin iframe under site isolation), which the parent's
+``Target.setAutoAttach`` attaches paused (``waitForDebuggerOnStart``): the listener is in its
+world before the frame's first script runs, then the frame goes on. A child frame's
 offset in its page's viewport is its owner element's content box (``DOM.getFrameOwner``,
 ``DOM.getBoxModel``), which the protocol gives relative to the session's own root frame, plus that
 root's offset in its parent session, up to the page.
@@ -25,13 +26,14 @@ root's offset in its parent session, up to the page.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devices.errors import RefusedReport
+from devices.errors import DeviceError, RefusedReport
 from devices.web.recorder_script import LATE_LISTENER_JS, LISTENER_JS
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,10 @@ OnRefused = Callable[[str, str], None]
 
 @dataclass
 class _Target:
-    """One CDP session's target: a page, or an out-of-process frame of one."""
+    """One target: a page, or an out-of-process frame of one."""
 
     session: Any
+    """A Playwright CDP session (a page's) or a ``_Tunnel`` (a frame's, through its parent's session)."""
     page: Any
     root: str
     """The frame id of the target's own root frame."""
@@ -61,6 +64,48 @@ class _Target:
     """The target holding the root frame's owner element (None for a page)."""
     contexts: dict[int, str] = field(default_factory=dict)
     """Execution contexts of ``WORLD`` in this target: context id -> frame id."""
+    children: dict[str, _Tunnel] = field(default_factory=dict)
+    """The sessions of its out-of-process frames, by session id."""
+
+
+class _Tunnel:
+    """A CDP session to a child target, through its parent's session (``Target.sendMessageToTarget``): the child
+    is attached, paused, by the parent's auto-attach, so the listener is in place before its first script runs."""
+
+    def __init__(self, parent: Any, session_id: str) -> None:
+        self.parent, self.session_id = parent, session_id
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._handlers: dict[str, list[Callable[[dict[str, Any]], None]]] = {}
+
+    def on(self, event: str, handler: Callable[[dict[str, Any]], None]) -> None:
+        self._handlers.setdefault(event, []).append(handler)
+
+    async def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        call = next(self._ids)
+        reply = self._waiting[call] = asyncio.get_running_loop().create_future()
+        message = json.dumps({"id": call, "method": method, "params": params or {}})
+        await self.parent.send("Target.sendMessageToTarget", {"sessionId": self.session_id, "message": message})
+        answer = await reply
+        if "error" in answer:
+            raise DeviceError(f"{method} in a frame: {answer['error'].get('message')}")
+        return dict(answer.get("result") or {})
+
+    def receive(self, text: str) -> None:
+        message = json.loads(text)
+        if "id" in message:
+            reply = self._waiting.pop(message["id"], None)
+            if reply is not None and not reply.done():
+                reply.set_result(message)
+            return
+        for handler in self._handlers.get(message.get("method", ""), ()):
+            handler(message.get("params") or {})
+
+    def gone(self) -> None:
+        for reply in self._waiting.values():
+            if not reply.done():
+                reply.set_exception(DeviceError("the frame went away"))
+        self._waiting.clear()
 
 
 class Listeners:
@@ -69,81 +114,50 @@ class Listeners:
     def __init__(self, context: Any, on_report: OnReport, on_refused: OnRefused) -> None:
         self.context = context
         self.on_report, self.on_refused = on_report, on_refused
-        self._targets: dict[str, _Target] = {}
-        """Target id -> target."""
-        self._by_frame: dict[Any, _Target] = {}
-        """Playwright frame (a page's main frame, or an out-of-process frame) -> its target."""
-        self._lock = asyncio.Lock()
+        self._order = asyncio.Lock()
+        """Held while one report is handed on: reports go to the recorder in the order the browser sent them."""
         self._ready: dict[Any, asyncio.Event] = {}
+        self._pending: dict[Any, set[asyncio.Future[None]]] = {}
+        """Per page, the frames being taken in (``ready`` waits for them)."""
 
     async def watch(self, page: Any) -> None:
         """Listen in ``page`` and in every frame it has or will have."""
         self._ready.setdefault(page, asyncio.Event())
-        page.on("frameattached", lambda frame: self._soon(self._frame(page, frame)))
-        page.on("framenavigated", lambda frame: self._soon(self._frame(page, frame)))
         try:
-            session = await self.context.new_cdp_session(page)
-            async with self._lock:
-                await self._install(session, page, None)
-            for frame in page.frames[1:]:
-                await self._frame(page, frame)
+            await self._install(await self.context.new_cdp_session(page), page, None)
         finally:
             self._ready[page].set()
 
     async def ready(self, page: Any) -> None:
-        """Returns once the listener is in place in ``page`` (a page the recorder was told of)."""
+        """Returns once the listener is in place in ``page`` and in every frame attached to it so far."""
         await self._ready.setdefault(page, asyncio.Event()).wait()
+        while pending := self._pending.get(page):
+            await asyncio.gather(*list(pending), return_exceptions=True)
 
-    def cdp(self, page: Any) -> Any:
-        """The CDP session of ``page``'s own target (None before ``watch`` has opened it)."""
-        target = self._by_frame.get(page.main_frame)
-        return target.session if target is not None else None
+    def _soon(self, page: Any, job: Awaitable[None]) -> None:
+        future = asyncio.ensure_future(job)
+        pending = self._pending.setdefault(page, set())
+        pending.add(future)
+        future.add_done_callback(pending.discard)
 
-    @staticmethod
-    def _soon(job: Awaitable[None]) -> None:
-        asyncio.ensure_future(job)
-
-    async def _frame(self, page: Any, frame: Any) -> None:
-        """A frame attached or navigated: when it is an out-of-process frame of a target not yet watched, watch it."""
-        if frame == page.main_frame:
-            return
-        async with self._lock:
-            try:
-                session = await self.context.new_cdp_session(frame)
-            except Exception:  # a same-process frame: its page's session (or its parent's) listens in it
-                return
-            try:
-                target_id = (await session.send("Target.getTargetInfo"))["targetInfo"]["targetId"]
-                if target_id in self._targets:  # this target is already watched: one session each
-                    await session.detach()
-                    return
-                await self._install(session, page, self._parent_target(frame), frame)
-            except Exception as e:  # the frame went away meanwhile
-                log.debug("could not listen in a frame: %s", e)
-
-    def _parent_target(self, frame: Any) -> _Target | None:
-        parent = frame.parent_frame
-        while parent is not None and parent not in self._by_frame:
-            parent = parent.parent_frame
-        return self._by_frame.get(parent) if parent is not None else None
-
-    async def _install(self, session: Any, page: Any, parent: _Target | None, frame: Any = None) -> None:
-        """The listener in every document of ``session``'s target, those there now and those to come."""
+    async def _install(self, session: Any, page: Any, parent: _Target | None, *, paused: bool = False) -> None:
+        """The listener in every document of ``session``'s target, those there now (none in a target ``paused``
+        before its first document) and those to come, and in its out-of-process frames as they attach."""
         tree = (await session.send("Page.getFrameTree"))["frameTree"]
-        target_id = (await session.send("Target.getTargetInfo"))["targetInfo"]["targetId"]
-        target = _Target(session, page, tree["frame"]["id"], parent)
-        self._targets[target_id] = target
-        self._by_frame[frame if frame is not None else page.main_frame] = target
+        target = _Target(session, page, str(tree["frame"]["id"]), parent)
         session.on("Runtime.executionContextCreated", lambda e: self._created(target, e["context"]))
         session.on("Runtime.executionContextDestroyed",
                    lambda e: target.contexts.pop(e.get("executionContextId"), None))
         session.on("Runtime.executionContextsCleared", lambda _e: target.contexts.clear())
-        session.on("Runtime.bindingCalled", lambda e: self._soon(self._called(target, e)))
+        session.on("Runtime.bindingCalled", lambda e: self._soon(None, self._called(target, e)))
+        session.on("Target.attachedToTarget", lambda e: self._soon(page, self._attached(target, e)))
+        session.on("Target.detachedFromTarget", lambda e: self._detached(target, e))
+        session.on("Target.receivedMessageFromTarget", lambda e: self._message(target, e))
         await session.send("Page.enable")
         await session.send("Runtime.enable")
         await session.send("Runtime.addBinding", {"name": BINDING, "executionContextName": WORLD})
         await session.send("Page.addScriptToEvaluateOnNewDocument", {"source": LISTENER_JS, "worldName": WORLD})
-        for frame_id in _frame_ids(tree):  # documents already loaded (a new tab, a frame opened before this)
+        for frame_id in [] if paused else _frame_ids(tree):  # documents already loaded (a new tab, a frame opened before this)
             try:
                 made = await session.send("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": WORLD})
                 target.contexts[int(made["executionContextId"])] = frame_id
@@ -151,6 +165,36 @@ class Listeners:
                                                         "contextId": made["executionContextId"]})
             except Exception as e:  # the frame went away meanwhile
                 log.debug("could not listen in frame %s: %s", frame_id, e)
+        # Out-of-process frames attach paused (they wait for every client that asked) until the listener is in them.
+        await session.send("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": True,
+                                                    "flatten": False})
+
+    async def _attached(self, parent: _Target, event: dict[str, Any]) -> None:
+        session_id = str(event.get("sessionId"))
+        tunnel = parent.children[session_id] = _Tunnel(parent.session, session_id)
+        try:
+            if (event.get("targetInfo") or {}).get("type") == "iframe":
+                await self._install(tunnel, parent.page, parent, paused=bool(event.get("waitingForDebugger")))
+        except Exception as e:  # the frame went away meanwhile
+            log.debug("could not listen in an out-of-process frame: %s", e)
+        finally:
+            if event.get("waitingForDebugger"):
+                try:
+                    await tunnel.send("Runtime.runIfWaitingForDebugger")
+                except Exception as e:  # gone already
+                    log.debug("could not resume a frame: %s", e)
+
+    @staticmethod
+    def _detached(parent: _Target, event: dict[str, Any]) -> None:
+        tunnel = parent.children.pop(str(event.get("sessionId")), None)
+        if tunnel is not None:
+            tunnel.gone()
+
+    @staticmethod
+    def _message(parent: _Target, event: dict[str, Any]) -> None:
+        tunnel = parent.children.get(str(event.get("sessionId")))
+        if tunnel is not None:
+            tunnel.receive(str(event.get("message")))
 
     @staticmethod
     def _created(target: _Target, context: dict[str, Any]) -> None:
@@ -177,12 +221,13 @@ class Listeners:
         except RefusedReport as e:
             self.on_refused("binding", str(e))
             return
-        try:
-            offset = await self._offset(target, frame_id)
-        except Exception as e:  # the frame went away before its offset could be read: the report is still the person's
-            log.debug("could not read a frame's offset: %s", e)
-            offset = (0.0, 0.0)
-        await self.on_report(target.page, payload, offset)
+        async with self._order:  # the lock is fair: calls are handed on in the order they came
+            try:
+                offset = await self._offset(target, frame_id)
+            except Exception as e:  # the frame went away before its offset was read: the report is still the person's
+                log.debug("could not read a frame's offset: %s", e)
+                offset = (0.0, 0.0)
+            await self.on_report(target.page, payload, offset)
 
     async def _offset(self, target: _Target, frame_id: str) -> tuple[float, float]:
         """Where the viewport of frame ``frame_id`` (in ``target``) starts in its page's viewport, CSS pixels."""

@@ -87,6 +87,7 @@ class WebRecorder:
         context.on("page", lambda page: asyncio.ensure_future(self._watch(page, new_tab=True)))
         await self._watch(self.device.page, new_tab=False)
         await self.device.goto(self.url)
+        await self.listeners.ready(self.device.page)  # its frames too
         self.start_state = await self.page_state([])
         self._pump = asyncio.create_task(self._run_pump(), name="web-recorder")
         self.started.set()
