@@ -39,9 +39,9 @@ MAX_WAIT_S = 600.0
 """The longest ``wait`` the action space holds (a longer pause keeps its full length in ``info``)."""
 LOGGED_REFUSALS = 20
 """Refused reports logged one by one; past this many they are only counted (``Interpreter.refused``)."""
-RECORDER_KINDS = frozenset({"tab", "closed"})
-"""Reports the recorder itself makes (a tab opened, a page closed), not the listener: never checked, and refused
-when a listener report names them."""
+RECORDER_KINDS = frozenset({"tab", "closed", "requested"})
+"""Reports the recorder itself makes (a tab opened, a page closed, a navigation the page's document started), not
+the listener: never checked, and refused when a listener report names them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,10 @@ class Interpreter:
         self._last_action_at = 0.0
         self._loads = 0
         self._tab_info: dict[str, Any] = {}
+        self._page_navigation = ""
+        """Why the page's own document started a navigation that has not loaded yet ("": none)."""
+        self.page_loads = 0
+        """Loads the page made itself (a script, a meta refresh), which are not the person's ``open_url``."""
         self.refused: collections.Counter[str] = collections.Counter()
         """Reports refused, by the kind of report (``unreadable``: one the checks let through that a rule could not
         read; the recorder adds its own, e.g. ``binding`` for a call it could not take)."""
@@ -214,10 +218,19 @@ class Interpreter:
         self._tab_info = {"tab": r.payload.get("tab"), "new_tab": True}
         return []
 
+    def _on_requested(self, r: RawReport) -> list[Made]:
+        self._page_navigation = str(r.payload.get("reason") or "the page")
+        return []
+
     def _on_loaded(self, r: RawReport) -> list[Made]:
         self._loads += 1
+        by_page, self._page_navigation = self._page_navigation, ""
         if self._loads == 1 or r.at - self._last_action_at <= NAVIGATION_CAUSE_S:
             return []  # the start page, or the doing of the last action
+        if by_page:  # a script, a refresh, a form or link of the page's own: not something the person did
+            self.page_loads += 1
+            log.info("a load the page made itself (%s) is not recorded: %s", by_page, str(r.payload.get("url"))[:200])
+            return []
         if r.payload.get("how") == "back_forward":
             return self._now(self._made(Action(ActionKind.BACK), r))
         url = str(r.payload.get("url") or "")

@@ -49,6 +49,10 @@ OnReport = Callable[[Any, dict[str, Any], tuple[float, float]], Awaitable[None]]
 """What the recorder is handed for each report: the page, the report, the frame's offset in the page's viewport."""
 OnRefused = Callable[[str, str], None]
 """What the recorder is told of a binding call it must not take: why (a short reason) and what it was."""
+OnNavigation = Callable[[Any, str], None]
+"""What the recorder is told when a page's own document starts a navigation of its main frame (a script, a meta
+refresh, a link or a form: ``Page.frameRequestedNavigation``'s reason); the address bar and the back button never
+do."""
 
 
 @dataclass
@@ -111,9 +115,10 @@ class _Tunnel:
 class Listeners:
     """The listener in every frame of the pages it watches (see the module docstring)."""
 
-    def __init__(self, context: Any, on_report: OnReport, on_refused: OnRefused) -> None:
+    def __init__(self, context: Any, on_report: OnReport, on_refused: OnRefused,
+                 on_navigation: OnNavigation | None = None) -> None:
         self.context = context
-        self.on_report, self.on_refused = on_report, on_refused
+        self.on_report, self.on_refused, self.on_navigation = on_report, on_refused, on_navigation
         self._order = asyncio.Lock()
         """Held while one report is handed on: reports go to the recorder in the order the browser sent them."""
         self._ready: dict[Any, asyncio.Event] = {}
@@ -153,6 +158,8 @@ class Listeners:
         session.on("Target.attachedToTarget", lambda e: self._soon(page, self._attached(target, e)))
         session.on("Target.detachedFromTarget", lambda e: self._detached(target, e))
         session.on("Target.receivedMessageFromTarget", lambda e: self._message(target, e))
+        if parent is None:
+            session.on("Page.frameRequestedNavigation", lambda e: self._requested(target, e))
         await session.send("Page.enable")
         await session.send("Runtime.enable")
         await session.send("Runtime.addBinding", {"name": BINDING, "executionContextName": WORLD})
@@ -183,6 +190,10 @@ class Listeners:
                     await tunnel.send("Runtime.runIfWaitingForDebugger")
                 except Exception as e:  # gone already
                     log.debug("could not resume a frame: %s", e)
+
+    def _requested(self, target: _Target, event: dict[str, Any]) -> None:
+        if self.on_navigation is not None and event.get("frameId") == target.root:
+            self.on_navigation(target.page, str(event.get("reason") or ""))
 
     @staticmethod
     def _detached(parent: _Target, event: dict[str, Any]) -> None:

@@ -83,7 +83,7 @@ class WebRecorder:
     async def start(self) -> None:
         await self.device.start()
         context = self.device.context
-        self.listeners = Listeners(context, self._on_report, self.interpreter.refuse)
+        self.listeners = Listeners(context, self._on_report, self.interpreter.refuse, self._on_navigation)
         context.on("page", lambda page: asyncio.ensure_future(self._watch(page, new_tab=True)))
         await self._watch(self.device.page, new_tab=False)
         await self.device.goto(self.url)
@@ -139,6 +139,10 @@ class WebRecorder:
         assert self.listeners is not None, "start() first"
         await self.listeners.ready(page)
 
+    def _on_navigation(self, page: Any, reason: str) -> None:
+        """The page's own document starts a navigation (its load is not the person's ``open_url``)."""
+        self._raw.put_nowait(RawReport("requested", time.time(), page, {"reason": reason}))
+
     async def _on_report(self, page: Any, payload: dict[str, Any], offset: tuple[float, float]) -> None:
         """One report of the listener (``Listeners`` took it from the recorder's world of one frame)."""
         kind = payload.get("kind")
@@ -175,7 +179,8 @@ class WebRecorder:
                 "input": "the browser's trusted input events, read in an isolated world of every frame and tab",
                 "frames": "CDP screencast (pre-action frames)", "pause_key": self.interpreter.pause_key,
                 "stop_key": self.interpreter.stop_key, "refused": self.refused,
-                "refused_by_kind": dict(sorted(self.interpreter.refused.items()))}
+                "refused_by_kind": dict(sorted(self.interpreter.refused.items())),
+                "page_loads": self.interpreter.page_loads}
 
     # -- events -----------------------------------------------------------------------------------------------------
     async def next_event(self) -> DemoEvent | None:

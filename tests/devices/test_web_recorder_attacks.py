@@ -229,6 +229,43 @@ def test_the_persons_key_with_no_name_is_refused_counted_and_the_recording_goes_
     assert "refused: 2 input reports (key 2;" in out, out
 
 
+def test_a_load_the_page_makes_itself_is_not_the_persons_open_url(tmp_path, site, pages_dir):
+    """A page that navigates itself (a script, a meta refresh) well after the person's last action used to add an
+    ``open_url`` the person never made; the address bar (a navigation the browser starts) is still one."""
+    button = '<button id="{0}" style="position:absolute;left:40px;top:40px;width:160px;height:40px">{0}</button>'
+    (pages_dir / "a.html").write_text(button.format("go") + "<script>document.getElementById('go').onclick = "
+                                      "() => setTimeout(() => { location.href = 'b.html'; }, 2600);</script>")
+    (pages_dir / "b.html").write_text('<meta http-equiv="refresh" content="2.5;url=c.html"><p>b</p>')
+    (pages_dir / "c.html").write_text("<p>c</p>")
+    (pages_dir / "d.html").write_text(button.format("ok"))
+    recorder = WebRecorder(PlaywrightDevice(WebConfig(viewport_width=W, viewport_height=H)), site.url("a.html"))
+    writer = RunWriter(tmp_path / "runs", config={}).episode(task="t", actor=Actor.HUMAN)
+    env = RecordingEnv(recorder, "go, then open d")
+
+    async def main():
+        task = asyncio.create_task(record_demonstration(env, writer))
+        await asyncio.wait_for(recorder.started.wait(), 30)
+        page = recorder.device.page
+        await page.mouse.click(*_centre(await page.locator("#go").bounding_box()))
+        await page.wait_for_url("**/c.html", timeout=20_000)  # the page went to b, and b refreshed to c
+        await asyncio.sleep(0.3)
+        await page.goto(site.url("d.html"))  # the person, in the address bar
+        await asyncio.sleep(0.3)
+        await page.mouse.click(*_centre(await page.locator("#ok").bounding_box()))
+        await asyncio.sleep(0.6)
+        await page.keyboard.press("Control+Alt+s")
+        result = await asyncio.wait_for(task, 30)
+        await env.close()
+        return result
+
+    result = asyncio.run(main())
+    assert result.record.outcome is Outcome.CLAIMED
+    episode = read_episode(writer.path)
+    assert [s.action["kind"] for s in episode.steps] == ["click", "open_url", "click", "finish"]
+    assert episode.steps[1].action["text"].endswith("/d.html")
+    assert episode.record.env["recorder"]["page_loads"] == 2
+
+
 # -- the interpreter, report by report ------------------------------------------------------------------------------
 def _report(kind: str, **fields) -> RawReport:
     return RawReport(kind, 1.0, None, {"kind": kind, "t": 1000.0, "url": "http://127.0.0.1/", **fields})
