@@ -18,8 +18,8 @@ from devices.actions import ActionKind
 from devices.web import PlaywrightDevice, WebConfig
 from devices.web.interpret import RECORDER_KINDS, Interpreter, RawReport, check_report
 from devices.web.recorder import WebRecorder
-from envs.records import Actor, Outcome
 from envs.recording import RecordingEnv
+from envs.records import Actor, Outcome
 from envs.trajectory import RunWriter, read_episode
 
 W, H = 800, 600
