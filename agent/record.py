@@ -19,6 +19,7 @@ ones.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from envs.records import StepRecord
 from envs.recording import RecordingEnv
 from envs.trajectory import EpisodeWriter
 from policy.base import Decision, HistoryEntry
+
+log = logging.getLogger(__name__)
 
 
 class HumanPolicy:
@@ -63,5 +66,8 @@ async def record_demonstration(env: RecordingEnv, writer: EpisodeWriter, *, secr
                                  secrets=secrets, on_step=on_step, stop=stop)
     finally:
         if writer.record.outcome is not None and writer.record.env is not None:  # the counts as they ended
-            described = (secrets or Secrets()).redact_value(env.recorder.describe())
-            writer.update(env={**writer.record.env, "recorder": jsonable(described)})
+            try:
+                described = (secrets or Secrets()).redact_value(env.recorder.describe())
+                writer.update(env={**writer.record.env, "recorder": jsonable(described)})
+            except Exception as e:  # the record as the episode ended is on disk already; only the final counts miss
+                log.warning("could not write the recorder's final counts: %s: %s", type(e).__name__, e)

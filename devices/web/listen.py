@@ -1,7 +1,8 @@
 """Where the web recorder's listener runs: an isolated world of every frame, out of the page's reach.
 
-    listeners = Listeners(context, on_report)      # on_report(page, payload, offset) for each report
-    await listeners.watch(page)                    # the page, its frames and its cross-origin frames
+    listeners = Listeners(context, on_report, on_refused, on_navigation)
+    await listeners.watch(page)        # the page, its frames and its cross-origin frames: on_report(page, report,
+    await listeners.ready(page)        # offset) for each report; returns once every frame attached so far listens
 
 The listener (``devices/web/recorder_script.py``) is put into an *isolated world* (``WORLD``) of
 every frame through the DevTools protocol: ``Page.addScriptToEvaluateOnNewDocument`` with
@@ -20,7 +21,8 @@ out-of-process frame (a cross-origin iframe under site isolation), which the par
 world before the frame's first script runs, then the frame goes on. A child frame's
 offset in its page's viewport is its owner element's content box (``DOM.getFrameOwner``,
 ``DOM.getBoxModel``), which the protocol gives relative to the session's own root frame, plus that
-root's offset in its parent session, up to the page.
+root's offset in its parent session, up to the page. A frame's session is a tunnel through its
+parent's (``Target.sendMessageToTarget``), so Playwright's own sessions are left as they are.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ WORLD = "handeye-recorder"
 """The isolated world the listener runs in (one per frame)."""
 BINDING = "__handeyeReport"
 """The binding the listener calls: it exists in ``WORLD`` only."""
+OFFSET_TIMEOUT_S = 2.0
+"""The longest a frame's offset is waited for (a frame going away mid-question): then the report goes on at (0, 0)
+rather than holding every later report back."""
+INSTALL_TIMEOUT_S = 10.0
+"""The longest an out-of-process frame is held paused for the listener to go in (then it goes on without)."""
 MAX_REPORT_CHARS = 1 << 20
 """A report longer than this (a field holding a whole book) is refused: the listener's reports are small."""
 
@@ -181,13 +188,14 @@ class Listeners:
         tunnel = parent.children[session_id] = _Tunnel(parent.session, session_id)
         try:
             if (event.get("targetInfo") or {}).get("type") == "iframe":
-                await self._install(tunnel, parent.page, parent, paused=bool(event.get("waitingForDebugger")))
+                paused = bool(event.get("waitingForDebugger"))
+                await asyncio.wait_for(self._install(tunnel, parent.page, parent, paused=paused), INSTALL_TIMEOUT_S)
         except Exception as e:  # the frame went away meanwhile
-            log.debug("could not listen in an out-of-process frame: %s", e)
+            log.info("could not listen in an out-of-process frame: %s", type(e).__name__)
         finally:
             if event.get("waitingForDebugger"):
                 try:
-                    await tunnel.send("Runtime.runIfWaitingForDebugger")
+                    await asyncio.wait_for(tunnel.send("Runtime.runIfWaitingForDebugger"), INSTALL_TIMEOUT_S)
                 except Exception as e:  # gone already
                     log.debug("could not resume a frame: %s", e)
 
@@ -234,7 +242,7 @@ class Listeners:
             return
         async with self._order:  # the lock is fair: calls are handed on in the order they came
             try:
-                offset = await self._offset(target, frame_id)
+                offset = await asyncio.wait_for(self._offset(target, frame_id), OFFSET_TIMEOUT_S)
             except Exception as e:  # the frame went away before its offset was read: the report is still the person's
                 log.debug("could not read a frame's offset: %s", e)
                 offset = (0.0, 0.0)
