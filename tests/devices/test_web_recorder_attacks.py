@@ -1,7 +1,8 @@
 """The web recorder against a hostile page, on a real Chromium: the page's scripts, in its main frame, a same-origin
 iframe and a cross-origin (out-of-process) iframe, try every way they have to write the person's demonstration (call
 any recorder-like function they can find, replace it, dispatch synthetic input with the stop key among it, fill a
-field by script), while the person (Playwright's trusted input) does the task. The recording must be the person's,
+field by script, change what the person typed as they leave the field, stop the person's events in its own capture
+handlers), while the person (Playwright's trusted input) does the task. The recording must be the person's,
 action by action; and the person's own odd input (a key with no name in the action space) must be refused, counted
 and skipped, never the end of the recording."""
 
@@ -88,6 +89,9 @@ HOSTILE = r"""<script>
       if (type === 'pointerdown') fillByScript();
       e.stopImmediatePropagation();
     }, true);
+  // and change what the person typed as they leave the field, before anyone listening after it reads it
+  window.addEventListener('focusout', (e) => { const el = e.target; if (el && el.id) el.value += ' FORGED-ON-LEAVE'; },
+                          true);
   fillByScript();
   attack();
   const timer = setInterval(attack, 100);
