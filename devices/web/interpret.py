@@ -37,6 +37,9 @@ NAVIGATION_CAUSE_S = 2.0
 """A page load within this long after an action is that action's doing; a later one is an ``open_url``."""
 MAX_WAIT_S = 600.0
 """The longest ``wait`` the action space holds (a longer pause keeps its full length in ``info``)."""
+PAGE_NAVIGATION_S = 30.0
+"""A load within this long after the page's own document asked for a navigation is that navigation (a request the
+page cancelled does not take a later load of the person's with it)."""
 LOGGED_REFUSALS = 20
 """Refused reports logged one by one; past this many they are only counted (``Interpreter.refused``)."""
 RECORDER_KINDS = frozenset({"tab", "closed", "requested"})
@@ -92,8 +95,8 @@ class Interpreter:
         self._last_action_at = 0.0
         self._loads = 0
         self._tab_info: dict[str, Any] = {}
-        self._page_navigation = ""
-        """Why the page's own document started a navigation that has not loaded yet ("": none)."""
+        self._page_navigation: tuple[str, float] | None = None
+        """Why and when the page's own document asked for a navigation that has not loaded yet."""
         self.page_loads = 0
         """Loads the page made itself (a script, a meta refresh), which are not the person's ``open_url``."""
         self.refused: collections.Counter[str] = collections.Counter()
@@ -219,17 +222,17 @@ class Interpreter:
         return []
 
     def _on_requested(self, r: RawReport) -> list[Made]:
-        self._page_navigation = str(r.payload.get("reason") or "the page")
+        self._page_navigation = (str(r.payload.get("reason") or "the page"), r.at)
         return []
 
     def _on_loaded(self, r: RawReport) -> list[Made]:
         self._loads += 1
-        by_page, self._page_navigation = self._page_navigation, ""
+        asked, self._page_navigation = self._page_navigation, None
         if self._loads == 1 or r.at - self._last_action_at <= NAVIGATION_CAUSE_S:
             return []  # the start page, or the doing of the last action
-        if by_page:  # a script, a refresh, a form or link of the page's own: not something the person did
+        if asked is not None and r.at - asked[1] <= PAGE_NAVIGATION_S:  # the page's own script, refresh or form
             self.page_loads += 1
-            log.info("a load the page made itself (%s) is not recorded: %s", by_page, str(r.payload.get("url"))[:200])
+            log.info("a load the page made itself (%s) is not recorded: %s", asked[0], str(r.payload.get("url"))[:200])
             return []
         if r.payload.get("how") == "back_forward":
             return self._now(self._made(Action(ActionKind.BACK), r))
