@@ -171,7 +171,8 @@ class Listeners:
         await session.send("Runtime.enable")
         await session.send("Runtime.addBinding", {"name": BINDING, "executionContextName": WORLD})
         await session.send("Page.addScriptToEvaluateOnNewDocument", {"source": LISTENER_JS, "worldName": WORLD})
-        for frame_id in [] if paused else _frame_ids(tree):  # documents already loaded (a new tab, a frame opened before this)
+        # documents already loaded (a new tab, a frame opened before this); a paused target has none yet
+        for frame_id in [] if paused else _frame_ids(tree):
             try:
                 made = await session.send("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": WORLD})
                 target.contexts[int(made["executionContextId"])] = frame_id

@@ -9,18 +9,20 @@ The listener (``devices/web/recorder_script.py``) runs in an isolated world of e
 frame of the browser context, those opened later and cross-origin frames included
 (``devices/web/listen.py``): page scripts can neither call the binding it reports through nor
 replace it, and it reports the browser's trusted input events only, so what is recorded is what
-the person did, not what a page made up. Here raw input becomes actions (``Interpreter``): a press and release in place is a click (two within
-``DOUBLE_CLICK_S`` a double click), a press moved more than ``DRAG_PX`` a drag, a context menu a
-right click, wheel turns within ``WHEEL_GAP_S`` one scroll, typing one ``type`` per field
-(committed on blur, Enter, Tab or a click elsewhere; password fields masked), a select change a
-``type`` of the option's label into the select, keys outside fields and any key with a modifier a
-``key`` or ``hotkey``, a navigation no action caused an ``open_url`` (or ``back``), and a new tab is
-followed. The pause key (default Control+Alt+P) pauses and resumes, the stop key (Control+Alt+S)
-or closing the browser ends the recording; both keys count only when the person presses them.
-A report that is not what the listener sends (``interpret.check_report``) is logged, counted
-(``refused``, in ``describe()`` and so in the episode record) and skipped; it never ends the
-recording. A failure of the recorder itself ends ``next_event`` with a DeviceError, never as a
-recording the person ended.
+the person did, not what a page made up. Here raw input becomes actions (``Interpreter``): a
+press and release in place is a click (two within ``DOUBLE_CLICK_S`` a double click), a press
+moved more than ``DRAG_PX`` a drag, a context menu a right click, wheel turns within
+``WHEEL_GAP_S`` one scroll, typing one ``type`` per field (committed on blur, Enter, Tab or a
+click elsewhere; password fields masked), a select change a ``type`` of the option's label into
+the select, keys outside fields and any key with a modifier a ``key`` or ``hotkey``, a navigation
+no action caused an ``open_url`` (or ``back``) unless the page's own document asked for it (a
+script, a meta refresh: counted in ``page_loads``, not recorded), and a new tab is followed. The
+pause key (default Control+Alt+P) pauses and resumes, the stop key (Control+Alt+S) or closing the
+browser ends the recording; both keys count only when the person presses them. A report that is
+not what the listener sends (``interpret.check_report``) is logged, counted (``refused``, in
+``describe()`` and so in the episode record) and skipped; it never ends the recording. A failure
+of the recorder itself ends ``next_event`` with a DeviceError, never as a recording the person
+ended.
 
 Frames: a CDP screencast per page keeps the last ``RING`` frames with their times (a frame comes
 whenever the page repaints); each event takes the newest frame older than it, so the stored frame

@@ -98,8 +98,9 @@ LISTENER_JS = r"""
     if (!editing) return;
     const el = editing.el, before = editing.before, t0 = editing.t, after = editing.after;
     editing = null;
-    if (t0 !== null && after !== null && after !== before) send({kind: 'typed', t: t0, text: after, before, reason, target: describe(el),
-                                pw: passwordBoxes(), vw: window.innerWidth, vh: window.innerHeight, url: location.href});
+    if (t0 === null || after === null || after === before) return;  // nobody typed here, or it is as it was
+    send({kind: 'typed', t: t0, text: after, before, reason, target: describe(el), pw: passwordBoxes(),
+          vw: window.innerWidth, vh: window.innerHeight, url: location.href});
   };
   const editingIn = (el) => {
     if (!editing || editing.el !== el) { commit('focus'); editing = {el, before: value(el), t: null, after: null}; }
