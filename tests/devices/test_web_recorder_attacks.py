@@ -335,3 +335,41 @@ def test_malformed_reports_are_counted_and_skipped_and_the_rules_carry_on():
     assert made[0].action.point.x == pytest.approx(20 / 800) and made[2].action.text == "hello"
     assert sum(interpreter.refused.values()) == 5 * len(FROM_THE_LISTENER)
 
+
+
+def test_no_mutated_report_escapes_the_interpreter():
+    """Reports of every kind with one field (or one field of the target) replaced by junk, 3,000 of them: feed never
+    raises, whatever it makes of them, and the stop key still ends the recording at the end."""
+    import random
+
+    rng = random.Random(26)
+    junk = [math.nan, math.inf, -math.inf, 1e308, -1, 2**80, "", "x" * 500, "Control", [], [1, 2], {}, None, True,
+            {"box": "1"}, [[math.nan] * 4], "NaN", 0.5]
+    valid = {
+        "down": {"x": 20, "y": 20, "button": 0, "target": TARGET, "pw": [[0, 0, 10, 10]]},
+        "up": {"x": 22, "y": 20, "button": 0, "target": TARGET},
+        "click": {"x": 22, "y": 20, "button": 0, "count": 2, "target": TARGET},
+        "context": {"x": 5, "y": 5, "target": TARGET},
+        "wheel": {"x": 5, "y": 5, "dx": 0, "dy": 120, "mode": 1},
+        "key": {"key": "Enter", "ctrl": False, "alt": False, "meta": False, "shift": True},
+        "char": {"key": "z"},
+        "typed": {"text": "hi", "before": "", "reason": "blur", "target": TARGET},
+        "select": {"label": "Paris", "value": "p", "target": TARGET},
+        "loaded": {"url": "http://127.0.0.1/x", "how": "back_forward"},
+    }
+    interpreter = Interpreter(viewport=(800, 600))
+    for _ in range(3000):
+        kind = rng.choice(sorted(valid))
+        fields = {k: (dict(v) if isinstance(v, dict) else v) for k, v in valid[kind].items()}
+        name = rng.choice(sorted(fields))
+        if isinstance(fields[name], dict) and rng.random() < 0.5:
+            fields[name][rng.choice(sorted(fields[name]))] = rng.choice(junk)
+        else:
+            fields[name] = rng.choice(junk)
+        out = interpreter.feed(_report(kind, **fields))
+        assert isinstance(out, list)
+        interpreter.flush()
+    assert sum(interpreter.refused.values()) > 1000  # most junk is refused by the checks
+    assert not interpreter.stopped and interpreter.paused_since is None  # one junk field never makes a control key
+    interpreter.feed(_report("key", key="s", ctrl=True, alt=True, meta=False, shift=False))
+    assert interpreter.stopped
