@@ -10,15 +10,20 @@ element's box where the device can tell (a demonstration step is directly a GUI-
 sample), and ``info.policy.frame_lag_s`` / ``late`` when input came faster than frames. The guard
 is not in the way (the person acts, not a model); secrets are redacted from every record as in any
 run, and text typed into password fields arrives masked.
+
+When the episode ends, however it ends, its record's ``env.recorder`` is the recorder's ``describe()`` as of then, so
+counts a recorder keeps over the recording (the web recorder's ``refused``: reports it did not take) are the final
+ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.episode import EpisodeResult, RunOptions
+from agent.episode import EpisodeResult, RunOptions, jsonable
 from agent.runner import run_episode
 from agent.secrets import Secrets
 from devices.base import Observation
@@ -26,6 +31,8 @@ from envs.records import StepRecord
 from envs.recording import RecordingEnv
 from envs.trajectory import EpisodeWriter
 from policy.base import Decision, HistoryEntry
+
+log = logging.getLogger(__name__)
 
 
 class HumanPolicy:
@@ -54,5 +61,13 @@ async def record_demonstration(env: RecordingEnv, writer: EpisodeWriter, *, secr
                                stop: asyncio.Event | None = None) -> EpisodeResult:
     """Record one demonstration into ``writer``'s episode. The caller closes ``env`` (and so the recorder)."""
     # Every step is the person's: nothing is rejected for retries' sake, so the retry limit is moot.
-    return await run_episode(env, HumanPolicy(env), writer, options=RunOptions(max_parse_retries=1_000_000),
-                             secrets=secrets, on_step=on_step, stop=stop)
+    try:
+        return await run_episode(env, HumanPolicy(env), writer, options=RunOptions(max_parse_retries=1_000_000),
+                                 secrets=secrets, on_step=on_step, stop=stop)
+    finally:
+        if writer.record.outcome is not None and writer.record.env is not None:  # the counts as they ended
+            try:
+                described = (secrets or Secrets()).redact_value(env.recorder.describe())
+                writer.update(env={**writer.record.env, "recorder": jsonable(described)})
+            except Exception as e:  # the record as the episode ended is on disk already; only the final counts miss
+                log.warning("could not write the recorder's final counts: %s: %s", type(e).__name__, e)

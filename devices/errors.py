@@ -8,6 +8,8 @@
     ├── DeviceTimeout           the device did not answer in time
     ├── NavigationError         a URL could not be opened
     ├── UnknownDeviceKind       a device kind (or ``--device`` form) no entry of ``devices.registry`` registers
+    ├── RefusedReport           a report of the web recorder's listener that is not one it sends (refused,
+    │                           counted and skipped: never the end of a recording)
     └── UnknownPixelFormat      a raw Android ``screencap`` in a pixel format the driver does not decode (the
                                 device falls back to ``screencap -p``)
 
@@ -43,6 +45,11 @@ class DeviceTimeout(DeviceError, TimeoutError):
 
 class NavigationError(DeviceError):
     """A URL could not be opened."""
+
+
+class RefusedReport(DeviceError, ValueError):
+    """A report of the web recorder's page listener that is not one the listener sends (a field of the wrong type,
+    a number that is not finite, a key with no name): refused, counted and skipped, never the end of a recording."""
 
 
 class UnknownPixelFormat(DeviceError):

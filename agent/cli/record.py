@@ -219,6 +219,18 @@ class TerminalControls:
             self.say(f"{line.strip()!r} does nothing here: {self.hint() or 'end with the stop key or Ctrl-C'}")
 
 
+def _print_refused(console: Any, record: Any) -> None:
+    """The recorder's refused reports, for a recorder that counts them (the web's: ``describe()["refused"]``)."""
+    described = (record.env or {}).get("recorder") or {}
+    refused = described.get("refused")
+    if not isinstance(refused, int):
+        return
+    kinds = described.get("refused_by_kind") or {}
+    which = ", ".join(f"{plain(kind)} {count}" for kind, count in kinds.items()) if isinstance(kinds, dict) else ""
+    console.print(f"  refused:    {refused} input report{'s' if refused != 1 else ''}"
+                  + (f" ({which}; the log says why)" if refused else " (none)"), soft_wrap=True)
+
+
 def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = None) -> int:
     """Record one demonstration; print each step as it comes and the summary; the exit code. With ``maker``
     (``agent.derived_tasks.TaskMaker``), a demonstration ended by the stop key becomes a task."""
@@ -270,6 +282,7 @@ def record(cfg: Any, recorder: Any, task: str, secrets: Any, *, maker: Any = Non
         pass
     record_ = writer.record
     print_summary(console, record_, writer.path)
+    _print_refused(console, record_)
     if maker is not None and stopped_by:
         console.print("no task made: the recording was interrupted; end it with the stop key to make a task")
     elif maker is not None and not maker.finish(console, recorder, writer.path, cfg.section()):

@@ -8,7 +8,8 @@
 Recording a person (docs/recording.md, "Web"):
 
     recorder         WebRecorder: the listener's reports and the screencast's frames as DemoEvents
-    recorder_script  the listener injected into every page and frame
+    recorder_script  the listener run in every page and frame
+    listen           where it runs: an isolated world of every frame, out of the page's reach
     interpret        raw browser input turned into unified actions (pure)
 
 Replaying a recording:

@@ -2,18 +2,30 @@
 
 Pure logic (no browser); the rules, listed in ``devices/web/recorder.py``, are tested end to end on a real Chromium
 (tests/devices/test_web_recorder.py).
+
+Every report is checked against the shape the listener sends (``check_report``: each field of the right type, every
+number finite, a key with a name the action space knows) before a rule reads it. One that is not is refused: logged
+(the first ``LOGGED_REFUSALS`` of them, then counted only), counted in ``Interpreter.refused`` by reason, and skipped.
+A refusal never ends a recording and never changes what the rules hold (a press waiting for its release, a click
+that may become a double click).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from devices.actions import Action, ActionKind, Point, ScrollDirection
 from devices.base import Box, ElementInfo
+from devices.errors import DeviceError, RefusedReport
 from devices.keys import normalize_key
 from devices.recording import MASKED_TEXT
+
+log = logging.getLogger(__name__)
 
 DOUBLE_CLICK_S = 0.45
 """A second click within this many seconds (and ``DRAG_PX``) of the first makes a double click."""
@@ -25,6 +37,14 @@ NAVIGATION_CAUSE_S = 2.0
 """A page load within this long after an action is that action's doing; a later one is an ``open_url``."""
 MAX_WAIT_S = 600.0
 """The longest ``wait`` the action space holds (a longer pause keeps its full length in ``info``)."""
+PAGE_NAVIGATION_S = 30.0
+"""A load within this long after the page's own document asked for a navigation is that navigation (a request the
+page cancelled does not take a later load of the person's with it)."""
+LOGGED_REFUSALS = 20
+"""Refused reports logged one by one; past this many they are only counted (``Interpreter.refused``)."""
+RECORDER_KINDS = frozenset({"tab", "closed", "requested"})
+"""Reports the recorder itself makes (a tab opened, a page closed, a navigation the page's document started), not
+the listener: never checked, and refused when a listener report names them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +95,13 @@ class Interpreter:
         self._last_action_at = 0.0
         self._loads = 0
         self._tab_info: dict[str, Any] = {}
+        self._page_navigation: tuple[str, float] | None = None
+        """Why and when the page's own document asked for a navigation that has not loaded yet."""
+        self.page_loads = 0
+        """Loads the page made itself (a script, a meta refresh), which are not the person's ``open_url``."""
+        self.refused: collections.Counter[str] = collections.Counter()
+        """Reports refused, by the kind of report (``unreadable``: one the checks let through that a rule could not
+        read; the recorder adds its own, e.g. ``binding`` for a call it could not take)."""
 
     # -- helpers ----------------------------------------------------------------------------------------------------
     def _point(self, r: RawReport) -> Point:
@@ -141,15 +168,31 @@ class Interpreter:
         return out
 
     def feed(self, r: RawReport) -> list[Made]:
-        """The actions that ``r`` completes (with any held action it releases first)."""
+        """The actions that ``r`` completes (with any held action it releases first); none for a refused report."""
         if self.stopped:
             return []
-        if r.kind == "key" and self._control(r):
-            return self._control_key(r)
-        if self.paused_since is not None:
+        try:
+            if r.kind not in RECORDER_KINDS:
+                check_report(r.kind, r.payload)
+            if r.kind == "key" and self._control(r):
+                return self._control_key(r)
+            if self.paused_since is not None:
+                return []
+            handler = getattr(self, f"_on_{r.kind}", None)
+            return handler(r) if handler is not None else []
+        except (RefusedReport, DeviceError, ValueError, TypeError, KeyError, ArithmeticError) as e:
+            # a report the checks let through that a rule still cannot read counts as refused too
+            self.refuse(r.kind if isinstance(e, RefusedReport) else "unreadable", f"{r.kind} report: {e}")
             return []
-        handler = getattr(self, f"_on_{r.kind}", None)
-        return handler(r) if handler is not None else []
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """Count (and, for the first ``LOGGED_REFUSALS``, log) one refused report."""
+        self.refused[reason] += 1
+        total = sum(self.refused.values())
+        if total <= LOGGED_REFUSALS:
+            log.warning("refused a recorder report (%s): %s", reason, detail[:300])
+        elif total == LOGGED_REFUSALS + 1:
+            log.warning("more recorder reports refused: they are only counted from now on")
 
     @staticmethod
     def _pressed(r: RawReport) -> frozenset[str]:
@@ -178,10 +221,19 @@ class Interpreter:
         self._tab_info = {"tab": r.payload.get("tab"), "new_tab": True}
         return []
 
+    def _on_requested(self, r: RawReport) -> list[Made]:
+        self._page_navigation = (str(r.payload.get("reason") or "the page"), r.at)
+        return []
+
     def _on_loaded(self, r: RawReport) -> list[Made]:
         self._loads += 1
+        asked, self._page_navigation = self._page_navigation, None
         if self._loads == 1 or r.at - self._last_action_at <= NAVIGATION_CAUSE_S:
             return []  # the start page, or the doing of the last action
+        if asked is not None and r.at - asked[1] <= PAGE_NAVIGATION_S:  # the page's own script, refresh or form
+            self.page_loads += 1
+            log.info("a load the page made itself (%s) is not recorded: %s", asked[0], str(r.payload.get("url"))[:200])
+            return []
         if r.payload.get("how") == "back_forward":
             return self._now(self._made(Action(ActionKind.BACK), r))
         url = str(r.payload.get("url") or "")
@@ -296,3 +348,81 @@ def _with_scroll(made: Made, dx: float, dy: float, viewport: tuple[float, float]
     action = Action(ActionKind.SCROLL, point=at_point, direction=direction, amount=min(max(amount, 0.01), 10.0))
     return Made(action, made.at, made.page, made.target, made.url, {**made.info, "dx": dx, "dy": dy}, False,
                 made.sensitive_boxes)
+
+
+# -- the shape of a report ------------------------------------------------------------------------------------------
+_POINT = {"x": "number", "y": "number"}
+_SCHEMA: dict[str, dict[str, str]] = {
+    "down": {**_POINT, "button": "int"},
+    "up": {**_POINT, "button": "int"},
+    "click": {**_POINT, "button": "int", "count": "int"},
+    "context": {**_POINT},
+    "wheel": {**_POINT, "dx": "number", "dy": "number", "mode": "int"},
+    "key": {"key": "key", "ctrl": "bool", "alt": "bool", "meta": "bool", "shift": "bool"},
+    "char": {"key": "char"},
+    "typed": {"text": "str", "before": "str", "reason": "str", "target": "target"},
+    "select": {"label": "str", "value": "str", "target": "target"},
+    "loaded": {"url": "str", "how": "str"},
+}
+"""The fields each kind of listener report must have, and their types (``recorder_script.py`` sends them)."""
+_OPTIONAL = {"url": "str", "target": "target?", "pw": "boxes", "vw": "number", "vh": "number"}
+"""Fields any report may have."""
+_TARGET = {"tag": "str", "role": "str", "name": "str", "selector": "str", "password": "bool", "box": "box"}
+
+
+def check_report(kind: str, payload: dict[str, Any]) -> None:
+    """Raise RefusedReport unless ``payload`` is a report of ``kind`` as the listener sends it: every field of its
+    type, every number finite, a key the action space names."""
+    schema = _SCHEMA.get(kind)
+    if schema is None:
+        raise RefusedReport(f"unknown kind {kind!r}; the listener sends {', '.join(sorted(_SCHEMA))}")
+    _check_field("t", payload.get("t"), "number")
+    for name, kind_of in schema.items():
+        _check_field(name, payload.get(name), kind_of)
+    for name, kind_of in _OPTIONAL.items():
+        if name in payload and name not in schema and payload[name] is not None:
+            _check_field(name, payload[name], kind_of)
+
+
+def _check_field(name: str, value: Any, kind_of: str) -> None:
+    if kind_of == "target?":
+        if value is not None:
+            _check_field(name, value, "target")
+        return
+    if kind_of == "target":
+        if not isinstance(value, dict):
+            raise RefusedReport(f"{name} must be an element's description, got {type(value).__name__}")
+        for key, sub in _TARGET.items():
+            _check_field(f"{name}.{key}", value.get(key), sub)
+        return
+    if kind_of == "boxes":
+        if not isinstance(value, list) or len(value) > 1000:
+            raise RefusedReport(f"{name} must be a list of boxes, got {type(value).__name__}")
+        for i, box in enumerate(value):
+            _check_field(f"{name}[{i}]", box, "box")
+        return
+    if kind_of == "box":
+        if not isinstance(value, list) or len(value) != 4:
+            raise RefusedReport(f"{name} must be [left, top, right, bottom], got {_show(value)}")
+        for v in value:
+            _check_field(name, v, "number")
+        return
+    if kind_of in ("key", "char"):
+        if not isinstance(value, str) or not value or (kind_of == "char" and len(value) != 1):
+            raise RefusedReport(f"{name} must be a key's name, got {_show(value)}")
+        try:
+            normalize_key(value)
+        except DeviceError as e:
+            raise RefusedReport(f"{name}: a key with no name in the action space ({_show(value)})") from e
+        return
+    ok = {"number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str)}[kind_of]
+    if not ok(value):
+        raise RefusedReport(f"{name} must be {'a finite number' if kind_of == 'number' else 'a ' + kind_of}, "
+                            f"got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

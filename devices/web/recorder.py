@@ -5,16 +5,24 @@
     await recorder.start()                         # the browser opens on the page
     event = await recorder.next_event()            # a DemoEvent: action, pre-action frame, target element
 
-The listener (``devices/web/recorder_script.py``) is injected into every page and frame of the
-browser context, those opened later included; it reports raw input through a binding. Here raw
-input becomes actions (``Interpreter``): a press and release in place is a click (two within
-``DOUBLE_CLICK_S`` a double click), a press moved more than ``DRAG_PX`` a drag, a context menu a
-right click, wheel turns within ``WHEEL_GAP_S`` one scroll, typing one ``type`` per field
-(committed on blur, Enter, Tab or a click elsewhere; password fields masked), a select change a
-``type`` of the option's label into the select, keys outside fields and any key with a modifier a
-``key`` or ``hotkey``, a navigation no action caused an ``open_url`` (or ``back``), and a new tab is
-followed. The pause key (default Control+Alt+P) pauses and resumes, the stop key (Control+Alt+S)
-or closing the browser ends the recording.
+The listener (``devices/web/recorder_script.py``) runs in an isolated world of every page and
+frame of the browser context, those opened later and cross-origin frames included
+(``devices/web/listen.py``): page scripts can neither call the binding it reports through nor
+replace it, and it reports the browser's trusted input events only, so what is recorded is what
+the person did, not what a page made up. Here raw input becomes actions (``Interpreter``): a
+press and release in place is a click (two within ``DOUBLE_CLICK_S`` a double click), a press
+moved more than ``DRAG_PX`` a drag, a context menu a right click, wheel turns within
+``WHEEL_GAP_S`` one scroll, typing one ``type`` per field (committed on blur, Enter, Tab or a
+click elsewhere; password fields masked), a select change a ``type`` of the option's label into
+the select, keys outside fields and any key with a modifier a ``key`` or ``hotkey``, a navigation
+no action caused an ``open_url`` (or ``back``) unless the page's own document asked for it (a
+script, a meta refresh: counted in ``page_loads``, not recorded), and a new tab is followed. The
+pause key (default Control+Alt+P) pauses and resumes, the stop key (Control+Alt+S) or closing the
+browser ends the recording; both keys count only when the person presses them. A report that is
+not what the listener sends (``interpret.check_report``) is logged, counted (``refused``, in
+``describe()`` and so in the episode record) and skipped; it never ends the recording. A failure
+of the recorder itself ends ``next_event`` with a DeviceError, never as a recording the person
+ended.
 
 Frames: a CDP screencast per page keeps the last ``RING`` frames with their times (a frame comes
 whenever the page repaints); each event takes the newest frame older than it, so the stored frame
@@ -36,8 +44,9 @@ from devices.errors import DeviceError
 from devices.frames import decode
 from devices.recording import DemoEvent
 from devices.web.device import PlaywrightDevice
-from devices.web.interpret import Interpreter, RawReport
-from devices.web.recorder_script import LISTENER_JS, STATE_JS
+from devices.web.interpret import RECORDER_KINDS, Interpreter, RawReport
+from devices.web.listen import Listeners
+from devices.web.recorder_script import STATE_JS
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +78,18 @@ class WebRecorder:
         self._previous_at = 0.0
         self.started = asyncio.Event()
         """Set once the start page is open and every listener is in place."""
+        self.listeners: Listeners | None = None
+        self._failure: BaseException | None = None
 
     # -- life cycle -------------------------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.device.start()
         context = self.device.context
-        await context.expose_binding("__handeyeRecord", self._on_report)
-        await context.add_init_script(LISTENER_JS)
+        self.listeners = Listeners(context, self._on_report, self.interpreter.refuse, self._on_navigation)
         context.on("page", lambda page: asyncio.ensure_future(self._watch(page, new_tab=True)))
         await self._watch(self.device.page, new_tab=False)
         await self.device.goto(self.url)
+        await self.listeners.ready(self.device.page)  # its frames too
         self.start_state = await self.page_state([])
         self._pump = asyncio.create_task(self._run_pump(), name="web-recorder")
         self.started.set()
@@ -93,6 +104,8 @@ class WebRecorder:
         else:
             self.active = page
         try:
+            assert self.listeners is not None
+            await self.listeners.watch(page)
             cdp = await self.device.context.new_cdp_session(page)
             self._cdp[page] = cdp
             cdp.on("Page.screencastFrame", lambda f: self._on_frame(page, cdp, f))
@@ -123,17 +136,26 @@ class WebRecorder:
         except Exception:  # the page went away; its frames are no longer wanted
             pass
 
-    async def _on_report(self, source: dict[str, Any], payload: Any) -> None:
-        if not isinstance(payload, dict):
+    async def listening(self, page: Any) -> None:
+        """Returns once the listener is in place in ``page`` (a tab the person opened: the recorder follows it)."""
+        assert self.listeners is not None, "start() first"
+        await self.listeners.ready(page)
+
+    def _on_navigation(self, page: Any, reason: str) -> None:
+        """The page's own document starts a navigation (its load is not the person's ``open_url``)."""
+        self._raw.put_nowait(RawReport("requested", time.time(), page, {"reason": reason}))
+
+    async def _on_report(self, page: Any, payload: dict[str, Any], offset: tuple[float, float]) -> None:
+        """One report of the listener (``Listeners`` took it from the recorder's world of one frame)."""
+        kind = payload.get("kind")
+        if not isinstance(kind, str) or kind in RECORDER_KINDS:
+            self.interpreter.refuse("kind", f"a report of kind {kind!r}")
             return
-        frame = source.get("frame")
-        page = source.get("page")
-        offset = (0.0, 0.0)
-        if frame is not None and page is not None and frame != page.main_frame:
-            offset = await _frame_offset(frame)
-        at = float(payload.get("t") or time.time() * 1000) / 1000
-        self._raw.put_nowait(RawReport(str(payload.get("kind")), at, page, payload, offset,
-                                       frame.url if frame is not None else ""))
+        t = payload.get("t")
+        finite = isinstance(t, (int, float)) and not isinstance(t, bool) and abs(t) < 1e15
+        at = t / 1000 if finite else time.time()  # not a time: the interpreter refuses the report
+        url = payload.get("url")
+        self._raw.put_nowait(RawReport(kind, at, page, payload, offset, url if isinstance(url, str) else ""))
 
     def request_stop(self) -> None:
         """End the recording as if the stop key had been pressed."""
@@ -149,14 +171,27 @@ class WebRecorder:
             await asyncio.gather(self._pump, return_exceptions=True)
         await self.device.close()
 
+    @property
+    def refused(self) -> int:
+        """Reports refused so far (``describe()["refused_by_kind"]`` says of which kinds)."""
+        return sum(self.interpreter.refused.values())
+
     def describe(self) -> dict[str, Any]:
-        return {"kind": "web", **self.device.describe(), "input": "page listeners in every frame and tab",
+        return {"kind": "web", **self.device.describe(),
+                "input": "the browser's trusted input events, read in an isolated world of every frame and tab",
                 "frames": "CDP screencast (pre-action frames)", "pause_key": self.interpreter.pause_key,
-                "stop_key": self.interpreter.stop_key}
+                "stop_key": self.interpreter.stop_key, "refused": self.refused,
+                "refused_by_kind": dict(sorted(self.interpreter.refused.items())),
+                "page_loads": self.interpreter.page_loads}
 
     # -- events -----------------------------------------------------------------------------------------------------
     async def next_event(self) -> DemoEvent | None:
-        return await self._out.get()
+        event = await self._out.get()
+        if event is None and self._failure is not None:
+            self._out.put_nowait(None)  # a second call says the same
+            raise DeviceError(f"the web recorder failed: {type(self._failure).__name__}: {self._failure}"
+                              ) from self._failure
+        return event
 
     async def _run_pump(self) -> None:
         """Raw reports in, DemoEvents out, in the order of their input times."""
@@ -177,6 +212,9 @@ class WebRecorder:
                     await self._emit(made)
                 if self.interpreter.stopped:
                     break
+        except Exception as e:  # a bug, or the browser gone mid-event: an error, never a recording the person ended
+            log.error("the web recorder failed: %s: %s", type(e).__name__, e)
+            self._failure = e
         finally:
             self._out.put_nowait(None)
 
@@ -229,14 +267,3 @@ class WebRecorder:
         except Exception as e:
             raise DeviceError(f"could not read the page's state: {e}") from e
 
-
-async def _frame_offset(frame: Any) -> tuple[float, float]:
-    """Where a child frame's viewport starts in its top page's viewport, CSS pixels (borders included)."""
-    x = y = 0.0
-    while frame.parent_frame is not None:
-        element = await frame.frame_element()
-        dx, dy = await element.evaluate(
-            "e => { const r = e.getBoundingClientRect(); return [r.left + e.clientLeft, r.top + e.clientTop]; }")
-        x, y = x + dx, y + dy
-        frame = frame.parent_frame
-    return x, y

@@ -1,21 +1,33 @@
-"""The listener the web recorder injects into every page and frame (``devices/web/recorder.py``).
+"""The listener the web recorder runs in every page and frame (``devices/web/recorder.py``).
 
-It reports raw input, as the page sees it, through the ``__handeyeRecord`` binding: pointer downs
-and ups, clicks (with their click count), context menus, wheel turns, key downs that are not typing
-(keys outside text fields, any key with Control / Alt / Meta, and Enter, Tab, Escape and the
-arrows everywhere), typing committed per field (on blur, Enter, Tab, or a click elsewhere), and
-select changes. Each report has its time (``Date.now()``), the point in the frame's CSS pixels, the
-element's description (tag, role, accessible name, a CSS selector, its box, whether it is a
-password field) and the boxes of the frame's password fields, so the frame the recorder keeps can
-be masked. Composed events are followed into shadow roots (``composedPath()[0]``). Nothing in the
-page is changed and no event is stopped.
+It runs in the recorder's isolated world of each frame (``devices/web/listen.py``), where no page
+script can reach it, and reports raw input through the binding that exists in that world only
+(``__handeyeReport``, one JSON text per report): pointer downs and ups, clicks (with their click
+count), context menus, wheel turns, key downs that are not typing (keys outside text fields, any
+key with Control / Alt / Meta, and Enter, Tab, Escape and the arrows everywhere), typing committed
+per field (on blur, Enter, Tab, or a click elsewhere), and select changes. Each report has its
+time (``Date.now()``), the point in the frame's CSS pixels, the element's description (tag, role,
+accessible name, a CSS selector, its box, whether it is a password field) and the boxes of the
+frame's password fields, so the frame the recorder keeps can be masked. Composed events are
+followed into shadow roots (``composedPath()[0]``). Nothing in the page is changed and no event is
+stopped.
+
+Only the person's input counts: every handler drops an event whose ``isTrusted`` is false (one a
+page script made with ``dispatchEvent``, ``click()`` and the like), and a field's text is reported
+only when the person typed into it (a trusted ``beforeinput`` or ``input``), as the person's last
+keystroke left it: a page script that fills or changes a field without an input event does not
+make typing. The handlers are on ``window`` in the capture phase, added before any page script
+runs, so they see each event before the page's own handlers can stop it.
 """
 
 LISTENER_JS = r"""
 (() => {
   if (window.__handeyeRecorder) return;
   window.__handeyeRecorder = true;
-  const send = (ev) => { try { window.__handeyeRecord && window.__handeyeRecord(ev); } catch (e) {} };
+  // This world's own global: no page script sees it, so the binding found here is the recorder's.
+  const send = (ev) => { try { window.__handeyeReport(JSON.stringify(ev)); } catch (e) {} };
+  const on = (type, handler, options) => window.addEventListener(type, (e) => { if (e.isTrusted) handler(e); },
+                                                                  options || true);
   const real = (e) => (e.composedPath && e.composedPath()[0]) || e.target;
   const isPassword = (el) => !!el && el.tagName === 'INPUT' && (el.type || '').toLowerCase() === 'password';
   const isField = (el) => !!el && (el.isContentEditable ||
@@ -81,42 +93,52 @@ LISTENER_JS = r"""
     vw: window.innerWidth, vh: window.innerHeight, url: location.href}, extra || {}));
 
   // Typing: one report per field, with its value when the person leaves it.
-  let editing = null;  // {el, before, t}
+  let editing = null;  // {el, before, t, after}: t and after once the person typed (trusted input events only)
   const commit = (reason) => {
     if (!editing) return;
-    const el = editing.el, before = editing.before, t0 = editing.t;
+    const el = editing.el, before = editing.before, t0 = editing.t, after = editing.after;
     editing = null;
-    const after = value(el);
-    if (after !== before) send({kind: 'typed', t: t0, text: after, before, reason, target: describe(el),
-                                pw: passwordBoxes(), vw: window.innerWidth, vh: window.innerHeight, url: location.href});
+    if (t0 === null || after === null || after === before) return;  // nobody typed here, or it is as it was
+    send({kind: 'typed', t: t0, text: after, before, reason, target: describe(el), pw: passwordBoxes(),
+          vw: window.innerWidth, vh: window.innerHeight, url: location.href});
   };
-  document.addEventListener('focusin', (e) => {
+  const editingIn = (el) => {
+    if (!editing || editing.el !== el) { commit('focus'); editing = {el, before: value(el), t: null, after: null}; }
+  };
+  on('focusin', (e) => {
     const el = real(e);
     if (editing && editing.el !== el) commit('focus');
-    if (isField(el) && (!editing || editing.el !== el)) editing = {el, before: value(el), t: null};
-  }, true);
-  document.addEventListener('beforeinput', (e) => {
+    if (isField(el)) editingIn(el);
+  });
+  on('beforeinput', (e) => {
     const el = real(e);
     if (!isField(el)) return;
-    if (!editing || editing.el !== el) { commit('focus'); editing = {el, before: value(el), t: null}; }
+    editingIn(el);
     if (editing.t === null) editing.t = Date.now();
-  }, true);
-  document.addEventListener('focusout', (e) => { if (editing && editing.el === real(e)) commit('blur'); }, true);
-  window.addEventListener('pagehide', () => commit('leave'), true);
+  });
+  on('input', (e) => {
+    const el = real(e);
+    if (!isField(el)) return;
+    editingIn(el);
+    if (editing.t === null) editing.t = Date.now();
+    editing.after = value(el);  // the field as the person's keystroke left it
+  });
+  on('focusout', (e) => { if (editing && editing.el === real(e)) commit('blur'); });
+  on('pagehide', () => commit('leave'));
 
-  document.addEventListener('pointerdown', (e) => {
+  on('pointerdown', (e) => {
     const el = real(e);
     if (editing && editing.el !== el) commit('click');
     report('down', e, el, {button: e.button});
-  }, true);
-  document.addEventListener('pointerup', (e) => report('up', e, real(e), {button: e.button}), true);
-  document.addEventListener('click', (e) => report('click', e, real(e), {count: e.detail, button: e.button}), true);
-  document.addEventListener('contextmenu', (e) => report('context', e, real(e)), true);
-  document.addEventListener('wheel', (e) => report('wheel', e, real(e), {dx: e.deltaX, dy: e.deltaY,
-                                                                          mode: e.deltaMode}), {capture: true, passive: true});
+  });
+  on('pointerup', (e) => report('up', e, real(e), {button: e.button}));
+  on('click', (e) => report('click', e, real(e), {count: e.detail, button: e.button}));
+  on('contextmenu', (e) => report('context', e, real(e)));
+  on('wheel', (e) => report('wheel', e, real(e), {dx: e.deltaX, dy: e.deltaY, mode: e.deltaMode}),
+     {capture: true, passive: true});
   const ALWAYS = ['Enter', 'Tab', 'Escape', 'ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', 'PageUp', 'PageDown',
                   'Home', 'End', 'Delete', 'F1', 'F2', 'F3', 'F4', 'F5', 'F6', 'F7', 'F8', 'F9', 'F10', 'F11', 'F12'];
-  document.addEventListener('keydown', (e) => {
+  on('keydown', (e) => {
     if (e.repeat || ['Control', 'Shift', 'Alt', 'Meta'].includes(e.key)) return;
     const el = real(e);
     const mods = e.ctrlKey || e.altKey || e.metaKey;
@@ -128,18 +150,22 @@ LISTENER_JS = r"""
       return;
     }
     report('key', null, el, {key: e.key, ctrl: e.ctrlKey, alt: e.altKey, meta: e.metaKey, shift: e.shiftKey});
-  }, true);
-  document.addEventListener('change', (e) => {
+  });
+  on('change', (e) => {
     const el = real(e);
     if (el && el.tagName === 'SELECT') {
       const o = el.selectedOptions[0];
       report('select', null, el, {label: o ? o.label : '', value: el.value});
     }
-  }, true);
+  });
   const nav = (performance.getEntriesByType && performance.getEntriesByType('navigation')[0]) || {};
-  if (window === window.top) send({kind: 'loaded', t: Date.now(), url: location.href, how: nav.type || 'navigate'});
+  // A document that was there before the listener (a tab the recorder just took in) is not a load the person made.
+  if (window === window.top && !window.__handeyeLate) send({kind: 'loaded', t: Date.now(), url: location.href, how: nav.type || 'navigate'});
 })();
 """
+
+LATE_LISTENER_JS = "window.__handeyeLate = true;\n" + LISTENER_JS
+"""The listener for a document already loaded when it arrives: it reports no load."""
 
 STATE_JS = r"""
 (selectors) => {
