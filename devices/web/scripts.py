@@ -20,8 +20,11 @@ ELEMENT_JS = """([x, y]) => {
   const b = el.getBoundingClientRect();
   return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
           // never a password field's value: target text is stored in trajectories
+          // invisible format characters (zero-width, soft hyphen; not the bidi controls, which reorder what is
+          // drawn) go before the cut, so that padding made of them cannot push the label out of the 80 kept
           text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
-                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
+                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || '')))
+                .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""
 
@@ -48,6 +51,7 @@ FOCUSED_JS = """() => {
   const b = a.getBoundingClientRect();
   const pw = a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
   return {tag: a.tagName.toLowerCase(), password: pw,
-          text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '').trim().slice(0, 80),
+          text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '')
+                .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""
