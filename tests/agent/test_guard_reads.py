@@ -298,13 +298,19 @@ LABELS_HTML = """<!doctype html><html><body style="margin:0">{buttons}
 for (const b of document.querySelectorAll('button')) b.addEventListener('click', () => window.handeye.clicks.push(b.id));
 document.getElementById('b0').focus();</script></body></html>"""
 PAGE_LABELS = ["D\u0435l\u0435t\u0435", "De\u200blete", "Uni\u00adnstall", "\u202eeteleD\u202c", "删 除", "刪除",
-               "購買", "發送", "轉賬", "P\u0336a\u0336y\u0336", "\u200b" * 90 + "Send"]
-"""Each one drawn as an irreversible word; the last one padded with zero-width spaces past the 80 characters kept."""
+               "購買", "發送", "轉賬", "P\u0336a\u0336y\u0336", "\u200b" * 90 + "Send",
+               '<span style="display:inline-block;width:60px;height:40px;line-height:40px;text-align:right">Del</span>ete',
+               '<svg width="100" height="40" aria-hidden="true"><rect width="100" height="40" fill="#c33"/></svg>']
+"""Each one drawn as an irreversible word: look-alike, invisible, reordered, spaced and Traditional; one padded with
+zero-width spaces past the 80 characters kept; one split across two elements (the point lands on "Del"); an icon
+(the point lands on the drawing) in a button named by its aria-label."""
+ARIA = {len(PAGE_LABELS) - 1: ' aria-label="Delete"'}
 
 
 def _button_page(pages_dir: Path, site) -> str:
-    buttons = "".join(f'<button id="b{i}" style="position:absolute;left:{20 + 150 * (i % 5)}px;top:{40 + 100 * (i // 5)}px;'
-                      f'width:120px;height:50px">{label}</button>' for i, label in enumerate(PAGE_LABELS))
+    buttons = "".join(f'<button id="b{i}"{ARIA.get(i, "")} style="position:absolute;left:{20 + 150 * (i % 5)}px;'
+                      f'top:{40 + 100 * (i // 5)}px;width:120px;height:50px">{label}</button>'
+                      for i, label in enumerate(PAGE_LABELS))
     (pages_dir / "labels.html").write_text(LABELS_HTML.format(buttons=buttons), encoding="utf-8")
     return site.url("labels.html")
 
@@ -325,19 +331,19 @@ def _press_each(tmp_path: Path, url: str, script: list[Action], **options) -> tu
     device = PlaywrightDevice(WebConfig(viewport_width=800, viewport_height=600),
                               SettleConfig(min_s=0.0, deadline_s=1.0), url=url)
     env = TaskEnv(device, "t")
-    waits = [a for step in script for a in (step, Action(ActionKind.WAIT, duration_s=0.0))]  # no refusal streak
+    # every step may be refused without the streak ending the episode
+    run_options = RunOptions(max_parse_retries=len(script) + 1, **options)
 
     async def main():
         try:
-            await run_episode(env, ScriptedPolicy([*waits, Action(ActionKind.FINISH)]), writer,
-                              guard=build_guard(load_config(None, [])), options=RunOptions(**options))
+            await run_episode(env, ScriptedPolicy([*script, Action(ActionKind.FINISH)]), writer,
+                              guard=build_guard(load_config(None, [])), options=run_options)
             return await device.evaluate("() => window.handeye.clicks")
         finally:
             await env.close()
 
     clicks = asyncio.run(main())
-    steps = [s for s in read_episode(writer.path).steps if s.action["kind"] != "wait"]
-    return clicks, [s.guard for s in steps]
+    return clicks, [s.guard for s in read_episode(writer.path).steps]
 
 
 def _centre_of(i: int) -> Point:
