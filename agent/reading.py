@@ -9,12 +9,14 @@ all of these to one form, and the guard folds its own words the same way, so a w
 it:
 
 1. explicit bidi overrides are applied: a run inside RIGHT-TO-LEFT OVERRIDE is drawn reversed, so it is reversed;
+   then each character becomes the prototype of its class in Unicode's confusables data (step 5) once before
+   anything else changes it;
 2. compatibility decomposition (NFKD): full-width, mathematical and circled letters, ligatures, accents split off;
 3. what draws nothing is dropped: format characters (Cf: zero-width space and joiners, soft hyphen, bidi controls,
    word joiner, BOM, tag characters), combining marks (Mn, Me), the default-ignorable letters Unicode lists as
    blank (Hangul fillers), controls; every kind of space becomes one space;
 4. Traditional Chinese becomes Simplified (OpenCC's ``t2s`` tables);
-5. each character becomes the prototype of its class in Unicode's confusables data
+5. each character (again) becomes the prototype of its class in Unicode's confusables data
    (``confusables.txt`` of UTS #39, as the ``confusable_homoglyphs`` package ships it), so Cyrillic ``е`` and Latin
    ``e`` read alike, and so do ``I``, ``1`` and ``l``, ``0`` and ``O``, ``rn`` and ``m``; case is folded before
    this step and after it, giving two readings (``read_as_seen`` says why);
@@ -54,9 +56,16 @@ _SPACED_LETTERS = re.compile(r"(?<![^\W\d_])[^\W\d_](?: [^\W\d_]){2,}(?![^\W\d_]
 def read_as_seen(text: str) -> tuple[str, str]:
     """``text`` folded to what a person reads (see the module docstring), two ways: case folded before the
     confusables (so ``İ`` and ``I`` read as ``i``) and after them (so a capital ``I`` reads as the ``l`` it looks like
-    in ``DeIete``). The two do not commute, so a word matches when its own reading of either kind is in the text's
+    in ``DeIete``; in this reading ``i`` and ``l`` are one letter, since a capital I stands for either, as in
+    ``PUBIISH``). The two do not commute, so a word matches when its own reading of either kind is in the text's
     reading of that kind. Each is lower-case with one space between words."""
+    table = _confusables()
     text = apply_overrides(text)
+    # the confusables first, on the characters as written: compatibility forms would lose what they look like
+    # (NFKD writes the lunate sigma ϲ, a c to the eye, as σ; the long s ſ, an f, as s). ASCII waits for the two
+    # readings below (a capital I is an i or an l).
+    text = "".join(ch if ch.isascii() else table.get(ch, ch) for ch in text
+                   if ch not in BLANK_LETTERS and unicodedata.category(ch) != "Cf")
     text = unicodedata.normalize("NFKD", text)
     kept: list[str] = []
     for ch in text:
@@ -65,9 +74,8 @@ def read_as_seen(text: str) -> tuple[str, str]:
         elif ch not in BLANK_LETTERS and unicodedata.category(ch) not in DROPPED_CATEGORIES:
             kept.append(ch)
     text = _simplified("".join(kept))
-    table = _confusables()
     return (_tidy("".join(table.get(ch, ch) for ch in text.casefold())),
-            _tidy("".join(table.get(ch, ch) for ch in text)))
+            _tidy("".join(table.get(ch, ch) for ch in text)).replace("i", "l"))
 
 
 def _tidy(text: str) -> str:

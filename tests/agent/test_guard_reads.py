@@ -9,10 +9,15 @@ import asyncio
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import unicodedata
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent.guard import GuardChain, GuardVerdict, HotkeyGuard, IrreversibleGuard, RegionGuard, UrlGuard
+from agent.guard import (IRREVERSIBLE_WORDS, GuardChain, GuardVerdict, HotkeyGuard, IrreversibleGuard, RegionGuard,
+                         UrlGuard)
 from agent.reading import read_as_seen
 from agent.web_address import forbidden_host, parse_address
 from devices.actions import Action, ActionKind, Point
@@ -99,6 +104,51 @@ def test_the_word_named_is_the_listed_one_and_added_words_fold_too():
         assert verdict(signed, Action(ActionKind.CLICK, CENTRE), Screen([ElementInfo(label, BUTTON)])) \
             is GuardVerdict.CONFIRM
     assert read_as_seen("Ｄｅｌｅｔｅ\u00ad") == ("delete", "delete")
+
+
+def _look_alikes() -> dict[str, list[str]]:
+    """For each character of the Latin words, the single characters Unicode's confusables data lists as looking like
+    it (the package's own data, not the guard's table)."""
+    from confusable_homoglyphs.confusables import confusables_data
+
+    letters = {c for w in IRREVERSIBLE_WORDS if w.isascii() for c in w if c != " "}
+    found = {}
+    for c in sorted(letters):
+        alike = [e["c"].strip("\u200e\u200f") for e in confusables_data.get(c, [])]
+        found[c] = [a for a in alike if len(a) == 1 and not unicodedata.category(a).startswith("M")]
+    return found
+
+
+LOOK_ALIKES = _look_alikes()
+BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+INVISIBLE = [chr(c) for c in (*range(0x30000), *range(0xE0000, 0xE0080))
+             if unicodedata.category(chr(c)) == "Cf" and chr(c) not in BIDI]
+MARKS = [chr(c) for c in range(0x300, 0x2000) if unicodedata.category(chr(c)) == "Mn"]
+
+
+@st.composite
+def disguised(draw) -> tuple[str, str]:
+    """A listed word, each letter kept, upper-cased or swapped for a look-alike, with invisible characters and
+    combining marks strewn in, inside an ordinary sentence."""
+    word = draw(st.sampled_from([w for w in IRREVERSIBLE_WORDS if w.isascii()]))
+    out = []
+    for c in word:
+        choices = [c, c.upper(), *LOOK_ALIKES.get(c, [])]
+        out.append(draw(st.sampled_from(choices)))
+        out.extend(draw(st.lists(st.sampled_from(INVISIBLE), max_size=2)))
+        out.extend(draw(st.lists(st.sampled_from(MARKS), max_size=1)))
+    return word, f"Please {''.join(out)} now"
+
+
+@settings(max_examples=200, deadline=None)
+@given(disguised())
+def test_any_disguise_from_the_confusables_data_still_reads_as_the_word(case):
+    word, label = case
+    assert READER.match(label) is not None, f"{word}: {ascii(label)}"
+    assert READER.match("Please  now") is None
+
+
+READER = IrreversibleGuard()
 
 
 # -- whatever activates the target ------------------------------------------------------------------------------------
