@@ -6,18 +6,24 @@ screen scrolled at its centre, pages of other kinds off the allowlist, ``finish`
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from pathlib import Path
 from urllib.parse import urlsplit
-
-import unicodedata
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.guard import (IRREVERSIBLE_WORDS, GuardChain, GuardVerdict, HotkeyGuard, IrreversibleGuard, RegionGuard,
-                         UrlGuard)
+from agent.guard import (
+    IRREVERSIBLE_WORDS,
+    GuardChain,
+    GuardVerdict,
+    HotkeyGuard,
+    IrreversibleGuard,
+    RegionGuard,
+    UrlGuard,
+)
 from agent.reading import read_as_seen
 from agent.web_address import forbidden_host, parse_address
 from devices.actions import Action, ActionKind, Point
@@ -144,7 +150,7 @@ def disguised(draw) -> tuple[str, str]:
 @given(disguised())
 def test_any_disguise_from_the_confusables_data_still_reads_as_the_word(case):
     word, label = case
-    assert READER.match(label) is not None, f"{word}: {ascii(label)}"
+    assert READER.match(label) is not None, f"{word}: {label!a}"
     assert READER.match("Please  now") is None
 
 
