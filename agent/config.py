@@ -142,6 +142,12 @@ class GuardConfig:
         for scheme in self.allow_schemes:
             if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
                 raise ValueError(f"allow_schemes: {scheme!r} is not a URL scheme (write it without '://', e.g. https)")
+        from agent.reading import read_as_seen
+
+        for word in self.irreversible_words:
+            if not all(read_as_seen(word)):
+                raise ValueError(f"irreversible_words: {word!r} reads as nothing once invisible characters and marks "
+                                 "are dropped; write the word as the screen shows it")
         for domain in self.allow_domains:
             if "/" in domain or ":" in domain or not domain.strip("."):
                 raise ValueError(f"allow_domains: {domain!r} is not a domain (write example.com, not a URL)")

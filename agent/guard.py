@@ -285,7 +285,7 @@ class IrreversibleGuard:
 
     def __init__(self, words: Sequence[str] = IRREVERSIBLE_WORDS) -> None:
         self.words = tuple(words)
-        readings = [(w, read_as_seen(w)) for w in self.words if w.strip()]
+        readings = [(w, r) for w in self.words if all(r := read_as_seen(w))]  # a word that reads as nothing: none
         self._patterns = tuple(_word_pattern([r[i] for _, r in readings]) for i in range(2))
         self._listed = [{r[i]: w for w, r in reversed(readings)} for i in range(2)]
         """Each reading back to the word of the list it reads as."""

@@ -110,6 +110,14 @@ def test_the_word_named_is_the_listed_one_and_added_words_fold_too():
         assert verdict(signed, Action(ActionKind.CLICK, CENTRE), Screen([ElementInfo(label, BUTTON)])) \
             is GuardVerdict.CONFIRM
     assert read_as_seen("Ｄｅｌｅｔｅ\u00ad") == ("delete", "delete")
+    # a word that reads as nothing would match everywhere: refused in the config, ignored by the guard
+    assert verdict(IrreversibleGuard(("\u200b\u0301",)), Action(ActionKind.CLICK, CENTRE),
+                   Screen([ElementInfo("Save", BUTTON)])) is GuardVerdict.ALLOW
+    from agent.config import load_config
+    from agent.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="reads as nothing"):
+        load_config(None, ['guard.irreversible_words=["\u200b"]'])
 
 
 def _look_alikes() -> dict[str, list[str]]:
@@ -282,6 +290,7 @@ def test_the_page_shown_is_judged_whatever_its_kind():
 def test_finish_and_infeasible_are_allowed_off_the_allowlist():
     from agent.builders import build_guard
     from agent.config import load_config
+    from agent.errors import ConfigError
 
     guard = build_guard(load_config(None, ['guard.allow_domains=["example.com"]', "guard.forbidden_regions=[[0,0,1,1]]",
                                            'guard.confirm=["ask_user"]']))
@@ -289,7 +298,7 @@ def test_finish_and_infeasible_are_allowed_off_the_allowlist():
     assert verdict(guard, Action(ActionKind.FINISH, text="done"), away) is GuardVerdict.ALLOW
     assert verdict(guard, Action(ActionKind.INFEASIBLE, text="not here"), away) is GuardVerdict.ALLOW
     assert verdict(guard, Action(ActionKind.CLICK, CENTRE), away) is GuardVerdict.REFUSE
-    with pytest.raises(ValueError, match="finish cannot be refused"):
+    with pytest.raises(ConfigError, match="finish cannot be refused"):
         load_config(None, ['guard.refuse=["finish"]'])
 
 
