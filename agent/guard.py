@@ -26,8 +26,9 @@ agent/builders.py assembles it from ``[guard]``):
 
 ``finish`` and ``infeasible`` touch nothing and are always allowed (``GuardChain``); ``ask_user``
 and ``back`` stay allowed on a page outside the allowlist. Guards return ``CONFIRM`` rather than
-asking: the runner asks the person (``agent.person``) and refuses when nobody is there to say yes. An empty allowlist means everything (documented in
-docs/security.md). ``agent eval`` and online sessions run in sandboxes and use no guard.
+asking: the runner asks the person (``agent.person``) and refuses when nobody is there to say yes.
+An empty allowlist means everything (documented in docs/security.md, with what each rule does not
+cover). ``agent eval`` and online sessions run in sandboxes and use no guard.
 """
 
 from __future__ import annotations
@@ -277,8 +278,8 @@ class IrreversibleGuard:
     typing with a point (it clicks there first), and Enter, Space or a newline pressed on the focused element (a
     ``key``, any ``hotkey`` holding one of them, or typed text holding a newline, or a space when the focused element
     is not a text field; typed text that moves the focus with a Tab and then presses one of them always asks). The
-    focused element's text is its own and that of the element at its centre (a
-    ``<input type=submit>`` tells its label only there); where the device cannot tell the focus (the desktop), the
+    focused element's text is its own and that of the element at its centre (a ``<input type=submit>`` tells its
+    label only there); where the device cannot tell the focus (the desktop), the
     target of the last pointed action stands in for it. Texts and words are compared as a person reads them
     (``agent.reading.read_as_seen``).
     """
