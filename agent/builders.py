@@ -103,7 +103,8 @@ def build_device(cfg: Config, url: str = "") -> Device:
 
 def build_guard(cfg: Config) -> Guard:
     """The guard of ``agent run``, safe by default (agent/guard.py): ``open_url`` only to ``guard.allow_schemes``
-    (and ``guard.allow_domains`` when set), ``open_app`` only to ``guard.allow_packages`` when set, the kinds
+    (and ``guard.allow_domains`` when set), never to link-local or metadata addresses unless
+    ``guard.allow_link_local``, ``open_app`` only to ``guard.allow_packages`` when set, the kinds
     ``guard.refuse`` refuses and ``guard.confirm`` asks about, the ``forbidden_regions``, and a yes before
     irreversible-looking targets (``guard.irreversible``) and closing hotkeys (``guard.closing_hotkeys``).
 
@@ -115,7 +116,8 @@ def build_guard(cfg: Config) -> Guard:
     from devices.actions import ActionKind
 
     g = cfg.guard
-    guards: list[Any] = [UrlGuard(tuple(s.lower() for s in g.allow_schemes), tuple(d.lower() for d in g.allow_domains))]
+    guards: list[Any] = [UrlGuard(tuple(s.lower() for s in g.allow_schemes), tuple(d.lower() for d in g.allow_domains),
+                                  link_local=g.allow_link_local)]
     if g.allow_packages:
         guards.append(PackageGuard(tuple(g.allow_packages)))
     if g.refuse or g.confirm:

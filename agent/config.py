@@ -109,13 +109,19 @@ class GuardConfig:
     domain."""
     allow_packages: tuple[str, ...] = ()
     """Android: the only apps open_app may open and actions may happen in; empty = every app."""
+    allow_link_local: bool = False
+    """Let open_url reach link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata services
+    (169.254.169.254, fd00:ec2::254, metadata.google.internal, ...), and actions happen on such pages; refused
+    unless true (a model that reads the metadata service reads the machine's credentials)."""
     irreversible: bool = True
-    """Ask before an action whose target reads as irreversible (pay, buy, delete, send, post, uninstall, reset,
-    transfer, ... and Chinese equivalents); refused when nobody can answer."""
+    """Ask before an action that activates a target reading as irreversible (pay, buy, delete, send, post, uninstall,
+    reset, transfer, ... and Chinese equivalents, Traditional and Simplified, look-alike letters folded): a click, tap,
+    typing with a point, Enter, Space or a newline on the focused element; refused when nobody can answer."""
     irreversible_words: tuple[str, ...] = ()
     """More words that mark a target as irreversible, added to the built-in list."""
     closing_hotkeys: bool = True
-    """Ask before hotkeys that close a window, tab, the browser or the session (Alt+F4, Ctrl+W, ...)."""
+    """Ask before hotkeys that close a window, tab, application or the session, judged by what the keys do (Alt+F4,
+    Ctrl+F4, Ctrl+W, Ctrl+Shift+Q, Cmd+Q, Ctrl+Alt+Delete, ...)."""
     assume_yes: bool = False
     """Say yes to every confirmation without asking (agent run --yes)."""
 
@@ -130,9 +136,18 @@ class GuardConfig:
                 close = difflib.get_close_matches(name, sorted(valid), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"{name!r} is not an action kind{hint}")
+            if name in ("finish", "infeasible"):
+                raise ValueError(f"{name} cannot be refused or confirmed: it ends the episode and touches nothing, so "
+                                 "the guard always allows it (remove it from guard.refuse / guard.confirm)")
         for scheme in self.allow_schemes:
             if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
                 raise ValueError(f"allow_schemes: {scheme!r} is not a URL scheme (write it without '://', e.g. https)")
+        from agent.reading import read_as_seen
+
+        for word in self.irreversible_words:
+            if not all(read_as_seen(word)):
+                raise ValueError(f"irreversible_words: {word!r} reads as nothing once invisible characters and marks "
+                                 "are dropped; write the word as the screen shows it")
         for domain in self.allow_domains:
             if "/" in domain or ":" in domain or not domain.strip("."):
                 raise ValueError(f"allow_domains: {domain!r} is not a domain (write example.com, not a URL)")

@@ -67,7 +67,8 @@ class Probe:
         box = Box((r.left + x0) / w, (r.top + y0) / h, (r.right + x0) / w, (r.bottom + y0) / h).clipped()
         return ElementInfo(text=nearest.text, box=box, role="ocr")
 
-    async def focused_box(self) -> Box | None:
+    async def focused_element(self) -> ElementInfo | None:
+        """The element holding the keyboard focus, as the device tells it; None where it cannot (the desktop)."""
         if self._focused is None:
             element = None
             if self.device is not None:
@@ -76,7 +77,10 @@ class Probe:
                 except DeviceError as e:
                     log.warning("could not tell which element has the focus: %s", e)
             self._focused = (element,)
-        element = self._focused[0]
+        return self._focused[0]
+
+    async def focused_box(self) -> Box | None:
+        element = await self.focused_element()
         return element.box if element is not None else None
 
 

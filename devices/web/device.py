@@ -429,14 +429,16 @@ class PlaywrightDevice(AsyncContextDevice):
         )
 
     async def element_at(self, point: Point) -> ElementInfo | None:
-        """The DOM element under a normalized frame point: its text (never a password's value), tag and box."""
+        """The DOM element under a normalized frame point: the text of the control it lies in (a button's whole
+        label, with its aria-label, title and alt; never a password's value), its tag and box."""
         view = self._view or await self._read_view()
         cx, cy = self.to_css(point.x, point.y, view)
         found = await self._evaluate_readonly("find the element under the point", ELEMENT_JS, [cx, cy])
         if not isinstance(found, dict):
             return None
-        return ElementInfo(text=str(found.get("text") or ""), box=self._css_box_to_frame(found["box"], view),
-                           role=str(found.get("tag") or ""))
+        # the control the point lies in, with all its names (the guard's reading), else the element's own text
+        return ElementInfo(text=str(found.get("label") or found.get("text") or ""),
+                           box=self._css_box_to_frame(found["box"], view), role=str(found.get("tag") or ""))
 
     async def focused_element(self) -> ElementInfo | None:
         """The element holding the keyboard focus (inside shadow roots too), or None when it is the page itself."""
@@ -462,6 +464,7 @@ class PlaywrightDevice(AsyncContextDevice):
             target = await self._evaluate_readonly("find the element under the point", ELEMENT_JS, [cx, cy])
             if target is not None:
                 target_box = self._css_box_to_frame(target.pop("box"), view)
+                target.pop("label", None)  # the guard's reading; the record keeps the element's own text
         detail = ""
         sensitive = False
         if kind is ActionKind.CLICK:

@@ -15,13 +15,30 @@ VIEW_JS = """() => {
 }"""
 
 ELEMENT_JS = """([x, y]) => {
+  const CONTROLS = 'button, a, summary, label, input, select, [role=button], [role=link], [role=menuitem], ' +
+    '[role=menuitemcheckbox], [role=menuitemradio], [role=tab], [role=option], [role=switch], [role=checkbox]';
   const el = document.elementFromPoint(x, y);
   if (!el) return null;
   const b = el.getBoundingClientRect();
   return {tag: el.tagName.toLowerCase(), id: el.id || null, role: el.getAttribute('role'),
           // never a password field's value: target text is stored in trajectories
+          // invisible format characters (zero-width, soft hyphen; not the bidi controls, which reorder what is
+          // drawn) go before the cut, so that padding made of them cannot push the label out of the 80 kept
           text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
-                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || ''))).trim().slice(0, 80),
+                 ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || '')))
+                .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
+          // what a press here activates, as the guard reads it: the control the point lies in (a button's label
+          // split across spans, an icon inside a button named by its aria-label or title), with every name it has;
+          // a "control" holding a long text is a container (a card inside a link), so the element speaks for itself
+          label: (() => {
+            const up = el.closest(CONTROLS);
+            const c = up && (up.innerText || '').length <= 120 ? up : el;
+            const named = ['button', 'submit', 'reset'].includes((c.type || '').toLowerCase()) ? c.value : '';
+            return [c.innerText, c.getAttribute('aria-label'), c.getAttribute('title'), c.getAttribute('alt'),
+                    c.getAttribute('placeholder'), named]
+              .filter(Boolean).join(' ').replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '')
+              .trim().slice(0, 200);
+          })(),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""
 
@@ -48,6 +65,19 @@ FOCUSED_JS = """() => {
   const b = a.getBoundingClientRect();
   const pw = a.tagName === 'INPUT' && (a.type || '').toLowerCase() === 'password';
   return {tag: a.tagName.toLowerCase(), password: pw,
-          text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '').trim().slice(0, 80),
+          text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '')
+                .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
+          // what a press here activates, as the guard reads it: the control the point lies in (a button's label
+          // split across spans, an icon inside a button named by its aria-label or title), with every name it has;
+          // a "control" holding a long text is a container (a card inside a link), so the element speaks for itself
+          label: (() => {
+            const up = el.closest(CONTROLS);
+            const c = up && (up.innerText || '').length <= 120 ? up : el;
+            const named = ['button', 'submit', 'reset'].includes((c.type || '').toLowerCase()) ? c.value : '';
+            return [c.innerText, c.getAttribute('aria-label'), c.getAttribute('title'), c.getAttribute('alt'),
+                    c.getAttribute('placeholder'), named]
+              .filter(Boolean).join(' ').replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '')
+              .trim().slice(0, 200);
+          })(),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""

@@ -32,6 +32,9 @@ class FakeProbe:
         self.asked += 1
         return next((e for e in self.elements if e.box.contains(point.x, point.y)), None)
 
+    async def focused_element(self):
+        return ElementInfo(text="", box=self.focused) if self.focused is not None else None
+
     async def focused_box(self):
         return self.focused
 
@@ -136,9 +139,9 @@ def test_the_package_allowlist():
     assert check(g, Action(ActionKind.HOME), inside_bank).verdict is GuardVerdict.ALLOW
 
 
-@pytest.mark.parametrize("text, word", [("Pay now", "Pay"), ("Delete account", "Delete"), ("SEND", "SEND"),
+@pytest.mark.parametrize("text, word", [("Pay now", "pay"), ("Delete account", "delete"), ("SEND", "send"),
                                         ("立即购买", "立即购买"), ("确认删除", "删除"), ("转账给张三", "转账"),
-                                        ("Ｄｅｌｅｔｅ", "Delete")])
+                                        ("Ｄｅｌｅｔｅ", "delete")])
 def test_irreversible_targets_need_a_yes(text, word):
     button = ElementInfo(text=text, box=Box(0.4, 0.4, 0.6, 0.6), role="button")
     decision = check(IrreversibleGuard(), Action(ActionKind.CLICK, Point(0.5, 0.5)), FakeProbe([button]))
