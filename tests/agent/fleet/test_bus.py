@@ -156,7 +156,8 @@ def test_announcements_are_signed_and_a_forged_one_keeps_the_version(broker, tmp
     actor = MqttTransport(parse_broker(broker.url), role="actor", key=KEY, actor="a1",
                           spool=Spool(tmp_path / "spool")).start()
     files = {"adapter_model.safetensors": "ab" * 32}
-    learner.announce(AdapterRef("learner@1", 1, "/run/adapters/v000001", "cd" * 32, files, 1.0))
+    learner.announce(AdapterRef("learner@1", 1, "/run/adapters/v000001", "cd" * 32, files, 1.0,
+                                sizes={"adapter_model.safetensors": 1000}))
     end = time.monotonic() + 10
     while actor.policy() is None and time.monotonic() < end:
         time.sleep(0.05)
@@ -164,7 +165,7 @@ def test_announcements_are_signed_and_a_forged_one_keeps_the_version(broker, tmp
     rogue = MqttTransport(parse_broker(broker.url), role="learner", key=b"k" * 32).start()
     rogue.client_id += "-rogue"
     forged = AdapterRef("learner@2", 2, "http://evil:80/v000002", "ef" * 32, files, 2.0)
-    rogue._retained[rogue.topics.policy] = encode_message(sign(forged, b"k" * 32))
+    rogue._retained[rogue.topics.policy] = encode_message(sign(forged, b"k" * 32, rogue.topics.prefix))
     rogue._poke()
     time.sleep(1.0)
     unsigned = encode_message(forged)  # a bare AdapterRef on the policy topic: not an announcement

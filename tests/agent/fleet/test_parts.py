@@ -17,7 +17,7 @@ from agent.fleet.inbox import Inbox
 from agent.fleet.keys import KEY_ENV, key_id, load_key, sign, verify, write_key
 from agent.fleet.settings import PASSWORD_ENV, Topics, check_actor_name, parse_broker
 from agent.fleet.spool import Spool, produced_ids
-from agent.fleet.versions import VersionServer, fetch_version
+from agent.fleet.versions import VersionServer, fetch_version, sized
 from tests.support.light_actor import group_message
 from tests.support import procs
 from train.adapters import AdapterRef, AdapterStore, adapter_digest, verify_adapter
@@ -57,14 +57,14 @@ def test_broker_urls_say_what_is_wrong(tmp_path, monkeypatch):
 
 def test_the_fleet_key_signs_announcements_and_a_forgery_is_refused(tmp_path, monkeypatch):
     ref = AdapterRef("learner@3", 3, "http://gpu:8765/v000003", "ab" * 32, {"a.bin": "cd" * 32}, 12.5)
-    ann = sign(ref, KEY)
-    assert verify(ann, KEY) == ref
+    ann = sign(ref, KEY, "lab/run7")
+    assert verify(ann, KEY, "lab/run7") == ref
     with pytest.raises(BadSignature, match="altered or forged"):
-        verify(replace(ann, ref=replace(ref, path="http://evil:80/v000003")), KEY)
+        verify(replace(ann, ref=replace(ref, path="http://evil:80/v000003")), KEY, "lab/run7")
     with pytest.raises(BadSignature, match="another fleet key"):
-        verify(sign(ref, b"x" * 32), KEY)
-    with pytest.raises(BadSignature, match="altered or forged"):
-        verify(replace(sign(ref, b"x" * 32), key_id=key_id(KEY)), KEY)  # a forger who copies the fingerprint
+        verify(sign(ref, b"x" * 32, "lab/run7"), KEY, "lab/run7")
+    with pytest.raises(BadSignature, match="altered or forged"):  # a forger who copies the fingerprint
+        verify(replace(sign(ref, b"x" * 32, "lab/run7"), key_id=key_id(KEY)), KEY, "lab/run7")
     path = tmp_path / "fleet.key"
     fingerprint = write_key(path)
     assert oct(path.stat().st_mode & 0o777) == "0o600" and key_id(load_key(str(path))) == fingerprint
@@ -148,7 +148,7 @@ def test_versions_travel_over_http_and_are_checked_on_arrival(tmp_path):
     store, ref = _published(tmp_path)
     root = tmp_path / "actor" / "adapters"
     with VersionServer(store.root, host="127.0.0.1", port=0) as server:
-        remote = replace(ref, path=f"{server.url}/v000001")
+        remote = replace(sized(ref), path=f"{server.url}/v000001")
         local = fetch_version(remote, root)
         assert Path(local.path) == root / "v000001" and verify_adapter(local, root=root) == root / "v000001"
         assert adapter_digest(root / "v000001")[0] == ref.sha256 and server.served == 2
