@@ -200,8 +200,9 @@ def open_envelope(data: bytes, *, max_bytes: int = MAX_BYTES, max_inflated: int 
                             parse_float=_finite)
     except (UnicodeDecodeError, ValueError, RecursionError, OverflowError) as exc:
         raise _refused("the message header is not JSON of finite numbers", exc) from None
-    if not isinstance(header, dict) or header.get("schema") not in READABLE:
-        raise TransportError(f"message schema {header.get('schema') if isinstance(header, dict) else None!r:.40}; "
+    schema = header.get("schema") if isinstance(header, dict) else None
+    if type(schema) is not int or schema not in READABLE:  # a list or an object is unhashable: not a schema either
+        raise TransportError(f"message schema {schema!r:.40}; "
                              f"this handeye reads schema {', '.join(map(str, sorted(READABLE)))}")
     kind, body = header.get("type"), header.get("body")
     if kind not in KINDS or not isinstance(body, dict):
