@@ -240,10 +240,16 @@ def test_tls_passwords_and_the_acl_hold(tmp_path):
 def test_a_replayed_or_foreign_announcement_does_not_move_an_actor_back(broker, tmp_path):
     """Someone on the bus who holds the fleet key (an actor's machine) records the learner's announcement of v1 and
     republishes the same bytes after v2, then one signed for another session under the same key: the actor keeps
-    v2 and counts both."""
+    v2, counts both, and its status (what the learner and ``agent fleet status`` see) says so."""
+    from agent.config import load_train_config
+    from agent.fleet.actor import ActorOptions, FleetActor
+
+    config = load_train_config(None, ['model.id="tiny"', 'train.stage="rl"', f'train.run_dir="{tmp_path}"'])
+    fleet_actor = FleetActor(config, ActorOptions(name="a1", env="generated/click"), parse_broker(broker.url), KEY)
     learner = learner_for(broker.url)
-    actor = MqttTransport(parse_broker(broker.url), role="actor", key=KEY, actor="a1",
-                          spool=Spool(tmp_path / "spool")).start()
+    actor = MqttTransport(parse_broker(broker.url), role="actor", key=KEY, actor="a1", spool=Spool(tmp_path / "spool"),
+                          status_extras=fleet_actor._status_extras).start()
+    fleet_actor.transport = actor  # what FleetActor.run does
     rogue = MqttTransport(parse_broker(broker.url), role="observer", key=KEY).start()
     assert rogue.wait_connected(10)
     heard: list[bytes] = []
@@ -270,5 +276,8 @@ def test_a_replayed_or_foreign_announcement_does_not_move_an_actor_back(broker, 
     counts = actor.counts_now()
     assert actor.policy().version == "learner@2", actor.policy()
     assert counts.get("stale_announcement") == 1 and counts.get("bad_signature") == 1, counts
+    actor.set_status(ActorStatus("a1", "running", "learner@2", at=time.time()))
+    wait(lambda: "a1" in learner.statuses())
+    assert learner.statuses()["a1"].refused == 2
     for t in (actor, learner, rogue):
         t.close()
