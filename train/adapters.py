@@ -94,6 +94,9 @@ class AdapterRef:
     """Wall time (``time.time()``) when the folder was renamed into place: "vN written"."""
     kind: VersionKind = VersionKind.ADAPTER
     """An adapter or full weights."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """File name -> bytes of each file, as the fleet learner announces them (``agent.fleet.versions`` reads no byte
+    past them); empty in a store's manifests, which the files themselves measure."""
 
     @property
     def title(self) -> str:
@@ -105,6 +108,8 @@ class AdapterRef:
                 "sha256": self.sha256, "files": dict(self.files), "written_at": self.written_at}
         if self.kind is not VersionKind.ADAPTER:  # an adapter's announcement stays what it was before kinds
             data["kind"] = self.kind.value
+        if self.sizes:
+            data["sizes"] = dict(self.sizes)
         return data
 
     @classmethod
@@ -115,9 +120,17 @@ class AdapterRef:
             return cls(version=str(data["version"]), step=int(data["step"]), path=str(data["path"]),
                        sha256=str(data["sha256"]), files={str(k): str(v) for k, v in data["files"].items()},
                        written_at=float(data.get("written_at", 0.0)),
-                       kind=VersionKind(data.get("kind", VersionKind.ADAPTER.value)))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                       kind=VersionKind(data.get("kind", VersionKind.ADAPTER.value)),
+                       sizes=_sizes(data.get("sizes") or {}))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise AdapterError(f"malformed adapter announcement ({type(exc).__name__}: {exc}): {data!r:.200}") from exc
+
+
+def _sizes(data: dict[str, Any]) -> dict[str, int]:
+    sizes = {str(k): v for k, v in data.items()}
+    if not all(type(v) is int and v >= 0 for v in sizes.values()):
+        raise ValueError("file sizes must be integers of at least 0")
+    return sizes
 
 
 def _file_sha256(path: Path) -> str:

@@ -98,20 +98,25 @@ class ActorStatus:
     steps_per_s: float = 0.0
     """Steps per second over the actor's recent episodes."""
     refused: int = 0
-    """Adapter versions refused so far (a bad signature or checksum): the actor kept the version it had."""
+    """Adapter versions refused so far (a bad signature or checksum, another session's announcement, a replay of one
+    not newer than the version it runs): the actor kept the version it had."""
     spooled: int = 0
     """Messages waiting in the actor's spool for the broker's acknowledgement."""
 
 
 @dataclass(frozen=True, slots=True)
 class Announcement:
-    """A version announcement as a bus carries it: the ``AdapterRef`` and an HMAC-SHA256 signature of its canonical
-    JSON under the fleet key (``agent.fleet.keys``); ``key_id`` names the key (its fingerprint) without revealing
-    it."""
+    """A version announcement as a bus carries it: the ``AdapterRef``, the session it is for and when it was signed,
+    and an HMAC-SHA256 signature of all three under the fleet key (``agent.fleet.keys``); ``key_id`` names the key
+    (its fingerprint) without revealing it."""
 
     ref: AdapterRef
     key_id: str
     signature: str
+    session: str = ""
+    """The session (the fleet's topic prefix) it was signed for: an actor of another session refuses it."""
+    issued_at: float = 0.0
+    """Wall time of the signature: with ``ref.step``, what orders announcements (an actor takes only newer ones)."""
 
 
 Message = GroupMessage | EpisodeMessage | ActorStatus | AdapterRef | Announcement

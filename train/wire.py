@@ -11,23 +11,36 @@ milliseconds, which is what a bus between machines should carry (docs/fleet.md h
 PNG: as small on screens and four times faster (PNG's row filters cost more than they save there).
 
 A payload is data from another machine, so decoding checks everything before it builds anything, and anything it
-refuses is a ``TransportError`` saying why:
+refuses is a ``TransportError`` saying why, never another exception (``bench/fuzz`` sends it 20,000 mutated
+messages):
 
 - the size of the whole message (``max_bytes``, 16 MiB by default) and of its header (``MAX_HEADER_BYTES``);
 - the schema (``READABLE``): schema 1 readers ignore body fields they do not know, so adding an optional field
   keeps schema 1; a change an older reader would misread bumps ``SCHEMA`` and that reader refuses it by number;
 - counts and shapes: at most ``MAX_PARTS`` image parts of 2 or 3 dimensions (sides up to ``MAX_SIDE``, up to 4
   channels), each inside the bytes that follow the header (a deflated one inflates to exactly its shape's size,
-  never more), and at most ``MAX_SAMPLES`` samples per group;
-- the body's fields and types (a missing or mistyped field is "malformed").
+  never more, and cannot claim more than deflate's ``MAX_RATIO`` of its length), and at most ``MAX_SAMPLES``
+  samples per group;
+- the pixel budget: the parts' declared h x w x c together at most ``max_inflated`` (``MAX_INFLATED``, 256 MiB),
+  checked on the header before a single part is inflated, so a 1 MiB message declaring a 16384x16384x4 frame
+  costs a JSON parse, not a gigabyte;
+- the body's fields and types, strictly (a missing or mistyped field is "malformed"): numbers finite (the header's
+  JSON may not say ``NaN`` or ``Infinity``, nor a number past the float range), token ids integers, and a
+  sample's image an image part, never a string (a path would name a file on the learner's machine);
+- an announcement's session and time (``agent.fleet.keys``): one without them is the old format, refused by name.
+
+``open_envelope`` does the checks that need no inflating (size, header, schema, kind, the actor the body names,
+the parts and the pixel budget) and returns an ``Envelope``, so the learner's inbox can refuse a message by its
+sender, topic and declared sizes before it costs anything; ``decode_message`` then builds the message.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,8 +50,8 @@ from train.errors import AdapterError, TransportError
 from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage, Message
 from train.samples import TrainSample
 
-__all__ = ["MAX_BYTES", "MAX_HEADER_BYTES", "MAX_PARTS", "MAX_SAMPLES", "READABLE", "SCHEMA", "decode_message",
-           "encode_message", "message_kind"]
+__all__ = ["KINDS", "MAX_BYTES", "MAX_HEADER_BYTES", "MAX_INFLATED", "MAX_PARTS", "MAX_RATIO", "MAX_SAMPLES",
+           "READABLE", "SCHEMA", "Envelope", "decode_message", "encode_message", "message_kind", "open_envelope"]
 
 SCHEMA = 1
 """The schema this handeye writes for raw image parts; 2 when they are deflated (``compress="zlib"``): a schema 1
@@ -51,6 +64,12 @@ MAX_HEADER_BYTES = 4 * 1024 * 1024
 MAX_PARTS = 64
 MAX_SAMPLES = 1024
 MAX_SIDE = 16384
+MAX_INFLATED = 256 * 1024 * 1024
+"""Default pixel budget of one message: its image parts' declared h x w x c together (16 MiB of deflated screens
+inflate to at most about this; a 1280x720 frame is 2.8 MB)."""
+MAX_RATIO = 1032
+"""Deflate's largest possible ratio (258-byte matches in 2 bits): a part claiming more is a lie."""
+KINDS = ("group", "episode", "status", "policy", "announcement")
 _LEN = struct.Struct(">I")
 
 
@@ -95,7 +114,8 @@ def _body(message: Message, parts: list[np.ndarray]) -> dict[str, Any]:
     if isinstance(message, AdapterRef):
         return message.to_json()
     if isinstance(message, Announcement):
-        return {"ref": message.ref.to_json(), "key_id": message.key_id, "signature": message.signature}
+        return {"ref": message.ref.to_json(), "key_id": message.key_id, "signature": message.signature,
+                "session": message.session, "issued_at": message.issued_at}
     raise TransportError(f"no wire format for {type(message).__name__}")
 
 
@@ -132,9 +152,40 @@ def encode_message(message: Message, *, max_bytes: int = MAX_BYTES, compress: st
     return b"".join([_LEN.pack(len(header)), header, *blobs])
 
 
-def decode_message(data: bytes, *, max_bytes: int = MAX_BYTES) -> Message:
-    """Inverse of ``encode_message``; ``TransportError`` for anything malformed, oversized or of another schema
-    (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What a message says about itself before anything is built from it (``open_envelope``): its kind, the actor
+    its body names, and the pixel bytes its image parts declare, every part's shape, offset and length checked."""
+
+    kind: str
+    """The header's ``type``: group, episode, status, policy or announcement."""
+    actor: str
+    """The body's ``actor`` ("" for a policy or an announcement, which name none)."""
+    pixel_bytes: int
+    """The sum of h x w x c over the image parts: what decoding would allocate for them."""
+    header: dict[str, Any]
+    parts: tuple[tuple[tuple[int, ...], int, int, bool], ...]
+    """(shape, offset, length, deflated) of each image part."""
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a message may carry")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
+def _refused(what: str, exc: BaseException) -> TransportError:
+    return TransportError(f"{what}: {type(exc).__name__}: {exc}"[:500])
+
+
+def open_envelope(data: bytes, *, max_bytes: int = MAX_BYTES, max_inflated: int = MAX_INFLATED) -> Envelope:
+    """The ``Envelope`` of ``data``: its size, header, schema and image parts checked against the limits (the module
+    docstring), nothing inflated or built; ``TransportError`` saying what is wrong otherwise."""
     if len(data) > max_bytes:
         raise TransportError(f"a message of {len(data)} bytes exceeds the limit of {max_bytes} bytes")
     if len(data) < _LEN.size:
@@ -145,40 +196,86 @@ def decode_message(data: bytes, *, max_bytes: int = MAX_BYTES) -> Message:
     if _LEN.size + n > len(data):
         raise TransportError(f"the header claims {n} bytes, the message holds {len(data) - _LEN.size}")
     try:
-        header = json.loads(bytes(data[_LEN.size:_LEN.size + n]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise TransportError(f"the message header is not JSON: {type(exc).__name__}: {exc}"[:300]) from exc
-    if not isinstance(header, dict) or header.get("schema") not in READABLE:
-        raise TransportError(f"message schema {header.get('schema') if isinstance(header, dict) else None!r}; "
+        header = json.loads(bytes(data[_LEN.size:_LEN.size + n]).decode("utf-8"), parse_constant=_no_constant,
+                            parse_float=_finite)
+    except (UnicodeDecodeError, ValueError, RecursionError, OverflowError) as exc:
+        raise _refused("the message header is not JSON of finite numbers", exc) from None
+    schema = header.get("schema") if isinstance(header, dict) else None
+    if type(schema) is not int or schema not in READABLE:  # a list or an object is unhashable: not a schema either
+        raise TransportError(f"message schema {schema!r:.40}; "
                              f"this handeye reads schema {', '.join(map(str, sorted(READABLE)))}")
-    blob = memoryview(data)[_LEN.size + n:]
+    kind, body = header.get("type"), header.get("body")
+    if kind not in KINDS or not isinstance(body, dict):
+        raise TransportError(f"unknown message type {kind!r:.60}" if kind not in KINDS else
+                             f"a {kind} message without a body object")
+    actor = body.get("actor", "") if kind in ("group", "episode", "status") else ""
+    if not isinstance(actor, str):
+        raise TransportError(f"a {kind} message whose actor is not a string")
+    parts = _layout(header.get("parts"), len(data) - _LEN.size - n, max_inflated)
+    return Envelope(kind, actor, sum(math.prod(shape) for shape, *_ in parts), header, parts)
+
+
+def decode_message(data: bytes, *, max_bytes: int = MAX_BYTES, max_inflated: int = MAX_INFLATED,
+                   envelope: Envelope | None = None) -> Message:
+    """Inverse of ``encode_message``; ``TransportError`` for anything malformed, oversized, of another schema or
+    over the pixel budget (see the module docstring), and for nothing else. ``envelope``: ``data``'s, already
+    opened (``open_envelope``), so the header is not parsed twice."""
+    env = envelope or open_envelope(data, max_bytes=max_bytes, max_inflated=max_inflated)
+    blob = memoryview(data)[_header_len(data):]
     try:
-        arrays = _arrays(header["parts"], blob)
-        return _message(header["type"], header["body"], arrays)
+        arrays = [_array(blob, shape, offset, length, deflated) for shape, offset, length, deflated in env.parts]
+        return _message(env.kind, env.header["body"], arrays)
     except TransportError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, AdapterError) as exc:
-        raise TransportError(f"malformed {header.get('type')} message: {type(exc).__name__}: {exc}"[:500]) from exc
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError,
+            AdapterError) as exc:
+        raise _refused(f"malformed {env.kind} message", exc) from None
 
 
-def _arrays(layout: Any, blob: memoryview) -> list[np.ndarray]:
+def _header_len(data: bytes) -> int:
+    return int(_LEN.unpack_from(data)[0]) + _LEN.size
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int:
+        raise TransportError(f"{what} must be an integer, not {type(value).__name__}")
+    return value
+
+
+def _layout(layout: Any, room: int, budget: int) -> tuple[tuple[tuple[int, ...], int, int, bool], ...]:
     if not isinstance(layout, list) or len(layout) > MAX_PARTS:
         raise TransportError(f"a message may carry at most {MAX_PARTS} image parts, this one "
                              f"{len(layout) if isinstance(layout, list) else 'a non-list'}")
-    arrays = []
+    out, total = [], 0
     for p in layout:
-        shape, offset, length = tuple(int(d) for d in p["shape"]), int(p["offset"]), int(p["length"])
+        if not isinstance(p, dict) or not isinstance(p.get("shape"), list) or p.get("encoding", "") not in ("", "zlib"):
+            raise TransportError(f"image part {p!r:.100} is not {{shape, offset, length[, encoding: zlib]}}")
+        shape = tuple(_int(d, "an image side") for d in p["shape"])
+        offset, length = _int(p.get("offset"), "a part's offset"), _int(p.get("length"), "a part's length")
         if (len(shape) not in (2, 3) or not all(0 < d <= MAX_SIDE for d in shape[:2])
                 or (len(shape) == 3 and not 0 < shape[2] <= 4)):
             raise TransportError(f"image part shape {list(shape)} is not an image (h, w[, c <= 4], sides up to "
                                  f"{MAX_SIDE})")
-        deflated = p.get("encoding") == "zlib"
-        if offset < 0 or offset + length > len(blob) or (not deflated and int(np.prod(shape)) != length):
-            raise TransportError(f"image part {p} does not fit the {len(blob)} bytes of parts")
-        data = blob[offset:offset + length]
-        pixels = _inflate(data, int(np.prod(shape))) if deflated else data
-        arrays.append(np.frombuffer(pixels, dtype=np.uint8).reshape(shape).copy())
-    return arrays
+        size, deflated = math.prod(shape), p.get("encoding") == "zlib"
+        total += size
+        if total > budget:
+            raise TransportError(f"the image parts declare {total:,} bytes of pixels or more, over the budget of "
+                                 f"{budget:,} bytes a message may take; nothing was inflated (smaller frames: "
+                                 f"model.max_pixels, or fewer steps per message)")
+        if offset < 0 or length < 0 or offset + length > room or (not deflated and size != length):
+            raise TransportError(f"image part {p!r:.200} does not fit the {room} bytes of parts")
+        if deflated and size > MAX_RATIO * length + 64:
+            raise TransportError(f"a deflated part of {length} bytes does not inflate to the {size} bytes its shape "
+                                 f"declares: deflate shrinks at most {MAX_RATIO}x")
+        out.append((shape, offset, length, deflated))
+    return tuple(out)
+
+
+def _array(blob: memoryview, shape: tuple[int, ...], offset: int, length: int, deflated: bool) -> np.ndarray:
+    data = blob[offset:offset + length]
+    if deflated:
+        return np.frombuffer(_inflate(data, math.prod(shape)), dtype=np.uint8).reshape(shape)
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape).copy()
 
 
 def _inflate(data: memoryview, size: int) -> bytes:
@@ -194,36 +291,101 @@ def _inflate(data: memoryview, size: int) -> bytes:
     return pixels
 
 
+def _str(body: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = body.get(key, default) if default is not None else body[key]
+    if not isinstance(value, str):
+        raise TransportError(f"field {key!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _num(value: Any, what: str) -> float:
+    """A finite float from a JSON number (the parser already refused NaN and infinities; a huge integer is refused
+    here)."""
+    if type(value) not in (int, float):
+        raise TransportError(f"{what} must be a number, not {type(value).__name__}")
+    out = float(value)  # OverflowError for an integer past the float range: caught as malformed
+    if not math.isfinite(out):
+        raise TransportError(f"{what} is not finite")
+    return out
+
+
+def _sample(row: Any, arrays: list[np.ndarray]) -> TrainSample:
+    """One sample of a group message: its image an image part (never a path: a path names a file on this machine),
+    its numbers finite."""
+    if not isinstance(row, dict):
+        raise TransportError(f"a sample must be an object, not {type(row).__name__}")
+    row = dict(row)
+    part = row.pop("image_part", None)
+    if row.get("image") is not None:
+        raise TransportError("a sample's image must travel as an image part; a path or other value in 'image' is "
+                             "refused (it would name a file on the learner's machine)")
+    if part is not None and not 0 <= _int(part, "image_part") < len(arrays):
+        raise TransportError(f"a sample names image part {part}, the message has {len(arrays)}")
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and
+                                                 isinstance(m.get("content"), (str, list)) for m in messages):
+        raise TransportError("a sample's messages must be a list of {role, content} objects")
+    ids, lps = row.get("response_ids"), row.get("behaviour_logprobs")
+    if not isinstance(ids, list) or not all(type(t) is int and 0 <= t < 1 << 31 for t in ids):
+        raise TransportError("a sample's response_ids must be a list of token ids")
+    if lps is not None and not isinstance(lps, list):
+        raise TransportError("a sample's behaviour_logprobs must be a list or null")
+    row["behaviour_logprobs"] = None if lps is None else [_num(x, "a log-prob") for x in lps]
+    row["reward"] = _num(row.get("reward"), "a sample's reward")
+    parts = row.get("reward_parts") or {}
+    if not isinstance(parts, dict) or not isinstance(row.get("origin") or {}, dict):
+        raise TransportError("a sample's reward_parts and origin must be objects")
+    row["reward_parts"] = {str(k): _num(v, "a reward part") for k, v in parts.items()}
+    for key in ("adapter_version", "id"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise TransportError(f"a sample's {key} must be a string or null")
+    s = TrainSample.from_json(row)
+    return replace(s, image=arrays[part]) if part is not None else s
+
+
 def _message(kind: str, body: dict[str, Any], arrays: list[np.ndarray]) -> Message:
     if kind == "group":
-        if len(body["samples"]) > MAX_SAMPLES:
+        samples = body["samples"]
+        if not isinstance(samples, list) or len(samples) > MAX_SAMPLES:
             raise TransportError(f"a group message may carry at most {MAX_SAMPLES} samples, this one "
-                                 f"{len(body['samples'])}")
-        samples = []
-        for row in body["samples"]:
-            part = row.pop("image_part", None)
-            s = TrainSample.from_json(row)
-            samples.append(replace(s, image=arrays[int(part)]) if part is not None else s)
-        return GroupMessage(id=str(body["id"]), actor=str(body["actor"]), group=str(body["group"]),
-                            parts=int(body["parts"]), level=str(body["level"]), samples=tuple(samples),
-                            created_at=float(body["created_at"]))
+                                 f"{len(samples) if isinstance(samples, list) else 'a non-list'}")
+        return GroupMessage(id=_str(body, "id"), actor=_str(body, "actor"), group=_str(body, "group"),
+                            parts=_int(body["parts"], "parts"), level=_str(body, "level"),
+                            samples=tuple(_sample(row, arrays) for row in samples),
+                            created_at=_num(body["created_at"], "created_at"))
     if kind == "episode":
-        return EpisodeMessage(id=str(body["id"]), actor=str(body["actor"]), env=str(body["env"]),
-                              seed=int(body["seed"]), episode_id=str(body["episode_id"]), outcome=str(body["outcome"]),
-                              reward=None if body["reward"] is None else float(body["reward"]),
-                              steps=int(body["steps"]), versions=tuple(str(v) for v in body["versions"]),
-                              started_at=float(body["started_at"]), ended_at=float(body["ended_at"]),
-                              timings={str(k): float(v) for k, v in body["timings"].items()},
-                              group=str(body.get("group", "")))
+        versions, timings = body["versions"], body["timings"]
+        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions) or \
+                not isinstance(timings, dict):
+            raise TransportError("an episode's versions must be a list of strings and its timings an object")
+        return EpisodeMessage(id=_str(body, "id"), actor=_str(body, "actor"), env=_str(body, "env"),
+                              seed=_int(body["seed"], "seed"), episode_id=_str(body, "episode_id"),
+                              outcome=_str(body, "outcome"),
+                              reward=None if body["reward"] is None else _num(body["reward"], "an episode's reward"),
+                              steps=_int(body["steps"], "steps"), versions=tuple(versions),
+                              started_at=_num(body["started_at"], "started_at"),
+                              ended_at=_num(body["ended_at"], "ended_at"),
+                              timings={str(k): _num(v, "a timing") for k, v in timings.items()},
+                              group=_str(body, "group", ""))
     if kind == "status":
-        return ActorStatus(actor=str(body["actor"]), state=str(body["state"]),
-                           version=None if body["version"] is None else str(body["version"]),
-                           episodes=int(body["episodes"]), steps=int(body["steps"]), restarts=int(body["restarts"]),
-                           error=str(body["error"]), at=float(body["at"]), device=str(body.get("device", "")),
-                           host=str(body.get("host", "")), steps_per_s=float(body.get("steps_per_s", 0.0)),
-                           refused=int(body.get("refused", 0)), spooled=int(body.get("spooled", 0)))
+        version = body["version"]
+        if version is not None and not isinstance(version, str):
+            raise TransportError("a status's version must be a string or null")
+        return ActorStatus(actor=_str(body, "actor"), state=_str(body, "state"), version=version,
+                           episodes=_int(body["episodes"], "episodes"), steps=_int(body["steps"], "steps"),
+                           restarts=_int(body["restarts"], "restarts"), error=_str(body, "error"),
+                           at=_num(body["at"], "at"), device=_str(body, "device", ""), host=_str(body, "host", ""),
+                           steps_per_s=_num(body.get("steps_per_s", 0.0), "steps_per_s"),
+                           refused=_int(body.get("refused", 0), "refused"),
+                           spooled=_int(body.get("spooled", 0), "spooled"))
     if kind == "policy":
         return AdapterRef.from_json(body)
-    if kind == "announcement":
-        return Announcement(AdapterRef.from_json(body["ref"]), str(body["key_id"]), str(body["signature"]))
-    raise TransportError(f"unknown message type {kind!r}")
+    if "session" not in body or "issued_at" not in body:
+        raise TransportError("an announcement of the old format (its signature covers neither the session nor a "
+                             "time, so it could be replayed): refused; run the same handeye on the learner and the "
+                             "actors")
+    ref = body["ref"]
+    if not isinstance(ref, dict):
+        raise TransportError("an announcement's ref must be an object")
+    return Announcement(AdapterRef.from_json(ref), _str(body, "key_id"), _str(body, "signature"),
+                        session=_str(body, "session"), issued_at=_num(body["issued_at"], "issued_at"))

@@ -11,7 +11,9 @@ curriculum's hard-task replay is an in-process feature; a fleet learner does not
 
 Backpressure: the actor pauses while ``max_pending`` messages wait in its spool (the broker is away or slow),
 so a long outage fills the spool slowly, not at full speed; a full spool stops the actor with ``SpoolFull``.
-Every status it publishes says which device it drives, on which host, its steps/s, refused versions and spool size.
+Every status it publishes says which device it drives, on which host, its steps/s, refused versions (a checksum or
+size that does not match, a bad signature, another session's, or an announcement not newer than the one it runs)
+and spool size.
 A broker that refuses its user or password, or whose certificate does not verify, stops it at start, before the
 model loads (``MqttTransport.wait_admitted``); one that cannot be reached is retried while the actor spools.
 """
@@ -145,8 +147,9 @@ class FleetActor:
     def _status_extras(self) -> dict[str, Any]:
         o, a = self.options, self.actor
         elapsed = time.monotonic() - self._t0
-        refused = (len(self.follower.refused) if self.follower else 0) + (
-            self.transport.counts_now().get("bad_signature", 0) if self.transport else 0)
+        counts = self.transport.counts_now() if self.transport else {}
+        refused = (len(self.follower.refused) if self.follower else 0) + counts.get("bad_signature", 0) + \
+            counts.get("stale_announcement", 0)  # forged, of another session, or a replay of an older one
         from devices.registry import device_kind
 
         return {"device": device_kind(o.device).selector(o.address),

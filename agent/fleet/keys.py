@@ -1,10 +1,17 @@
 """The fleet key: only the learner may announce a version.
 
-Every announcement on the ``policy`` topic is signed: HMAC-SHA256 under the fleet key over the announcement's
-canonical JSON (``AdapterRef.to_json()`` with sorted keys, no spaces, ASCII), hex-encoded. An actor checks the
-signature before it looks at the announcement; one that does not match (or a key fingerprint it does not know)
-is ignored and counted, and the actor keeps the version it has. The version's files are then checked against the
-announced sha256 hashes (``train.adapters``), so a signed announcement vouches for the bytes too.
+Every announcement on the ``policy`` topic is signed: HMAC-SHA256 under the fleet key over the canonical JSON
+(sorted keys, no spaces, ASCII) of ``{"signed": SIGNED, "session": ..., "issued_at": ..., "ref": ...}``, hex-encoded:
+the session (the fleet's topic prefix), the time of the signature and the whole ``AdapterRef`` (its version, step,
+files, their sha256 and sizes). An actor checks the signature before it looks at the announcement; one that does not
+match (or a key fingerprint it does not know), or was signed for another session under the same key, is ignored and
+counted, and the actor keeps the version it has. The version's files are then checked against the announced sha256
+hashes and sizes (``train.adapters``, ``agent.fleet.versions``), so a signed announcement vouches for the bytes too.
+
+Signed bytes name the session and a time so that a valid announcement cannot be used elsewhere or later: the actor
+(``agent.fleet.mqtt``) takes only announcements newer than the one it runs (``newer``: a higher step, or the same
+step signed later), so replaying an old one does not move it back. An announcement of the format before sessions
+and times (its signature covered the ``AdapterRef`` alone) is refused by ``train.wire`` with a message saying so.
 
 Key handling (docs/fleet.md): the key is 32 random bytes written as 64 hex digits (``agent fleet key FILE``
 writes one, readable by its owner only). Every learner and actor of a session needs the same key, from the
@@ -22,6 +29,7 @@ import json
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 
 from agent.errors import BadSignature, FleetError
@@ -30,12 +38,14 @@ from train.messages import Announcement
 
 KEY_ENV = "HANDEYE_FLEET_KEY"
 MIN_KEY_BYTES = 16
+SIGNED = "handeye-announcement/2"
+"""What the signed bytes say they are (the format before it signed ``AdapterRef.to_json()`` alone)."""
 
 
-def canonical_json(ref: AdapterRef) -> bytes:
-    """The bytes a signature covers."""
-    return json.dumps(ref.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
+def canonical_json(ref: AdapterRef, session: str, issued_at: float) -> bytes:
+    """The bytes a signature covers: the version (all of ``ref``), the session and the time of the signature."""
+    return json.dumps({"signed": SIGNED, "session": session, "issued_at": issued_at, "ref": ref.to_json()},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
 def key_id(key: bytes) -> str:
@@ -87,18 +97,33 @@ def write_key(path: str | Path) -> str:
     return key_id(key)
 
 
-def sign(ref: AdapterRef, key: bytes) -> Announcement:
-    """``ref`` signed with ``key``."""
-    return Announcement(ref, key_id(key), hmac.new(key, canonical_json(ref), hashlib.sha256).hexdigest())
+def sign(ref: AdapterRef, key: bytes, session: str, issued_at: float | None = None) -> Announcement:
+    """``ref`` signed with ``key`` for ``session`` (the topic prefix), at ``issued_at`` (default: now)."""
+    at = time.time() if issued_at is None else issued_at
+    signature = hmac.new(key, canonical_json(ref, session, at), hashlib.sha256).hexdigest()
+    return Announcement(ref, key_id(key), signature, session=session, issued_at=at)
 
 
-def verify(announcement: Announcement, key: bytes) -> AdapterRef:
-    """The announced ``AdapterRef`` once its signature checks out under ``key``; ``BadSignature`` if not."""
-    if announcement.key_id != key_id(key):
-        raise BadSignature(f"announcement of {announcement.ref.version} is signed with key {announcement.key_id!r}, "
-                           f"this actor holds {key_id(key)!r}: a learner with another fleet key, or a forgery")
-    expected = hmac.new(key, canonical_json(announcement.ref), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, announcement.signature):
-        raise BadSignature(f"announcement of {announcement.ref.version}: its signature does not match the fleet key; "
-                           f"it was altered or forged: ignored")
-    return announcement.ref
+def verify(announcement: Announcement, key: bytes, session: str) -> AdapterRef:
+    """The announced ``AdapterRef`` once its signature checks out under ``key`` and it was signed for ``session``;
+    ``BadSignature`` if not."""
+    a = announcement
+    if a.key_id != key_id(key):
+        raise BadSignature(f"announcement of {a.ref.version} is signed with key {a.key_id!r:.40}, this actor holds "
+                           f"{key_id(key)!r}: a learner with another fleet key, or a forgery")
+    expected = hmac.new(key, canonical_json(a.ref, a.session, a.issued_at), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, a.signature):
+        raise BadSignature(f"announcement of {a.ref.version}: its signature does not match the fleet key; it was "
+                           f"altered or forged: ignored")
+    if a.session != session:
+        raise BadSignature(f"announcement of {a.ref.version} was signed for session {a.session!r:.80}, this actor is "
+                           f"in {session!r}: a replay from another session under the same key: ignored")
+    return a.ref
+
+
+def newer(announcement: Announcement, than: Announcement | None) -> bool:
+    """Whether ``announcement`` may replace ``than`` (the one an actor runs): a higher step, or the same step signed
+    later (a learner that restarted and announced its version again). A replayed old announcement is not newer."""
+    if than is None:
+        return True
+    return (announcement.ref.step, announcement.issued_at) > (than.ref.step, than.issued_at)

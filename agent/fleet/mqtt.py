@@ -7,11 +7,13 @@ One object per process, in one of three roles:
   it, so messages put while the broker is away wait on disk and go out, with the same bytes and ids, after the
   reconnection (the learner drops a second delivery). ``set_status`` publishes the actor's retained status; the
   broker publishes the actor's last will (state ``offline``) when its connection dies. ``policy()`` is the newest
-  announcement whose signature checks out under the fleet key (``agent.fleet.keys``).
+  announcement whose signature checks out under the fleet key for this session (``agent.fleet.keys``); one not
+  newer than the one it holds (a replay) is refused and counted (``stale_announcement``).
 - ``learner``: a persistent session (a fixed client id, clean session off), so what actors publish while the learner
   is away is queued by the broker and delivered when it comes back. Incoming payloads pass ``agent.fleet.inbox``
-  (size, schema, topic, known actors). ``announce`` signs the version and publishes it retained, its folder
-  replaced by the URL the learner serves it from (``agent.fleet.versions``).
+  (size, schema, topic, known actors). ``announce`` signs the version for the session (the topic prefix) with its
+  files' sizes and the time, and publishes it retained, its folder replaced by the URL the learner serves it from
+  (``agent.fleet.versions``).
 - ``observer`` (``agent fleet status``): reads the retained statuses and announcement.
 
 The MQTT client runs in a thread of its own with its own event loop, so the interface is the same plain,
@@ -40,12 +42,13 @@ from typing import Any
 
 from agent.errors import BadSignature, FleetError
 from agent.fleet.inbox import Inbox
-from agent.fleet.keys import sign, verify
+from agent.fleet.keys import newer, sign, verify
 from agent.fleet.settings import PASSWORD_ENV, BrokerConfig, Topics
 from agent.fleet.spool import Spool
+from agent.fleet.versions import sized
 from train.adapters import AdapterRef
 from train.errors import TransportClosed, TransportError
-from train.messages import ActorStatus, EpisodeMessage, GroupMessage
+from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage
 from train.wire import MAX_BYTES, encode_message
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,8 @@ class MqttTransport:
         self._episodes: queue.Queue[Any] = queue.Queue()
         self._statuses: dict[str, ActorStatus] = {}
         self._policy: AdapterRef | None = None
+        self._announcement: Announcement | None = None
+        """The verified announcement ``_policy`` came from (what a new one must be newer than)."""
         self._retained: dict[str, bytes] = {}
         self._closed = False
         self._connected = threading.Event()
@@ -227,9 +232,10 @@ class MqttTransport:
             raise TransportClosed("the transport is closed: the session is ending")
         if self.key is None:
             raise TransportError("announcing a version needs the fleet key (HANDEYE_FLEET_KEY or --fleet-key)")
+        ref = sized(ref)  # what a download may read of each file (agent.fleet.versions)
         if self.announce_url:
             ref = replace(ref, path=f"{self.announce_url}/{Path(ref.path).name}")
-        payload = encode_message(sign(ref, self.key), max_bytes=self.max_bytes)
+        payload = encode_message(sign(ref, self.key, self.broker.prefix), max_bytes=self.max_bytes)
         with self._lock:
             self._policy = ref
             self._retained[self.topics.policy] = payload
@@ -286,13 +292,24 @@ class MqttTransport:
                 self._policy = announcement.ref
             return
         try:
-            ref = verify(announcement, self.key)
+            ref = verify(announcement, self.key, self.broker.prefix)
         except BadSignature as exc:
             self._count("bad_signature")
-            log.error("%s; keeping %s", exc, self._policy.version if self._policy else "no version")
+            self.inbox.note("bad_signature", f"{exc}; keeping {self._policy.version if self._policy else 'no version'}")
             return
         with self._lock:
-            self._policy = ref
+            current = self._announcement
+            if current is not None and announcement.signature == current.signature:
+                return  # the retained announcement again (a reconnection)
+            stale = not newer(announcement, current)
+            if not stale:
+                self._policy, self._announcement = ref, announcement
+        if stale:
+            assert current is not None
+            self._count("stale_announcement")
+            self.inbox.note("stale_announcement", f"an announcement of {ref.version} (step {ref.step}) is not newer "
+                                                  f"than {current.ref.version} (step {current.ref.step}), which this "
+                                                  f"actor runs: a replay; ignored")
 
     # -- the client thread ---------------------------------------------------------------------------------------
 
@@ -401,9 +418,10 @@ class MqttTransport:
             payload = message.payload if isinstance(message.payload, (bytes, bytearray)) else b""
             try:
                 self.inbox.take(str(message.topic), bytes(payload))
-            except Exception:  # a message the checks missed must not end the client: logged, counted, skipped
+            except Exception as exc:  # a message the checks missed must not end the client: counted, skipped
                 self._count("errors")
-                log.exception("a message on %s could not be taken; skipped", message.topic)
+                self.inbox.note("errors", f"a message on {message.topic} could not be taken "
+                                          f"({type(exc).__name__}: {exc}); skipped", exc_info=exc)
             while self.role == "learner" and self._groups.qsize() >= self.max_buffered:
                 await asyncio.sleep(0.02)  # the learner is behind: let the broker hold the rest
 

@@ -13,7 +13,11 @@ so the server needs no trust: a proxy or a cache in between can corrupt a file b
   safetensors files, parameters x 2 bytes in bf16, e.g. 16.6 GB for a 7B model, fetched once per actor).
 - ``fetch_version(ref, root)`` downloads the announced files of ``ref`` into the actor's own store ``root`` (under a
   temporary name, renamed when whole), checking each file's sha256 as it arrives (``AdapterChecksumError`` at the first
-  mismatch, nothing kept), and returns the ref with its folder there. The actor's store keeps the newest ``keep``
+  mismatch, nothing kept), and returns the ref with its folder there. It reads no byte past the size the signed
+  announcement states for each file (``AdapterRef.sizes``): a server that announces a longer ``Content-Length`` is
+  refused before the body is read, and one that sends more stops being read at the stated size plus one byte, so a
+  hostile or broken server cannot fill the actor's disk; an announcement that states no sizes (an older learner)
+  is refused. The actor's store keeps the newest ``keep``
   versions, full-weight ones at most ``FULL_VERSIONS_KEPT`` (the one in memory is not needed on disk). The follower then loads it with
   ``train.adapters.load_verified(..., root=root)``, which checks the bytes again as it reads them once.
   A server that cannot be reached is an ``OSError``: the follower tries again later, keeping its version.
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from train.adapters import FULL_VERSIONS_KEPT, AdapterRef, VersionKind, confined_files
-from train.errors import AdapterChecksumError, AdapterPathError
+from train.errors import AdapterChecksumError, AdapterError, AdapterPathError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +129,18 @@ def _hostname() -> str:
     return socket.getfqdn() or socket.gethostname()
 
 
+def sized(ref: AdapterRef) -> AdapterRef:
+    """``ref`` (a version in this machine's store) with the size of each of its files, what its announcement states
+    (``fetch_version`` reads no more); a ref that has them is returned as it is."""
+    if ref.sizes:
+        return ref
+    try:
+        return replace(ref, sizes={name: (Path(ref.path) / name).stat().st_size for name in ref.files})
+    except OSError as exc:
+        raise TransportError(f"cannot announce {ref.title}: its file {exc.filename} is not in the store "
+                             f"({exc.strerror})") from None
+
+
 def is_remote(ref: AdapterRef) -> bool:
     return ref.path.startswith(("http://", "https://"))
 
@@ -142,12 +158,18 @@ def fetch_version(ref: AdapterRef, root: str | Path, *, timeout_s: float = 60.0,
                                f"folder (vNNNNNN); not fetching it")
     local = replace(ref, path=str(root / name))
     folder, paths = confined_files(local, root)  # plain file names only, before anything is written
+    unsized = sorted(set(ref.files) - set(ref.sizes))
+    if unsized:
+        raise AdapterError(f"adapter {ref.version}: the announcement states no size for {', '.join(unsized)[:200]}, "
+                           f"so its download would have no bound; not fetching it (run the same handeye on the "
+                           f"learner)")
     part = root / f".part-{name}-{os.getpid()}"
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir()
     try:
         for file_name, expected in sorted(ref.files.items()):
-            _download(f"{ref.path.rstrip('/')}/{file_name}", part / file_name, expected, ref.version, timeout_s)
+            _download(f"{ref.path.rstrip('/')}/{file_name}", part / file_name, expected, ref.sizes[file_name],
+                      ref.version, timeout_s)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(part, folder)
     finally:
@@ -157,13 +179,23 @@ def fetch_version(ref: AdapterRef, root: str | Path, *, timeout_s: float = 60.0,
     return local
 
 
-def _download(url: str, dest: Path, expected: str, version: str, timeout_s: float) -> None:
-    h = hashlib.sha256()
+def _download(url: str, dest: Path, expected: str, size: int, version: str, timeout_s: float) -> None:
+    """``url`` into ``dest``: at most ``size`` bytes (one more is read to see that it ends there), its sha256
+    ``expected``."""
+    h, got = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response, open(dest, "wb") as out:  # noqa: S310
-            while chunk := response.read(_CHUNK):
+            declared = response.headers.get("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) > size:
+                raise AdapterChecksumError(f"adapter {version}: {url} is {declared} bytes long, the announcement "
+                                           f"states {size}; not reading it")
+            while got <= size and (chunk := response.read(min(_CHUNK, size + 1 - got))):
+                got += len(chunk)
                 h.update(chunk)
                 out.write(chunk)
+        if got > size:
+            raise AdapterChecksumError(f"adapter {version}: {url} sent more than the {size} bytes the announcement "
+                                       f"states; stopped reading there, not loading it")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:  # pruned on the learner (a newer version is out) or never there
             raise AdapterChecksumError(f"adapter {version}: {url} is not on the learner's server (404): pruned or "

@@ -1,10 +1,14 @@
 """train.wire: the bus codec of an online session's messages (JSON header + binary image parts): every kind round
 trips, and a payload from another machine is refused with a reason when it is oversized, malformed, of another
-schema, or claims more parts, samples or pixels than the limits allow."""
+schema, or claims more parts, samples or pixels than the limits allow: a frame bigger than the pixel budget before
+anything is inflated, a number that is not finite, an image that is a path, an announcement of the old format; and
+whatever the header holds, the only error is a ``TransportError``."""
 
 from __future__ import annotations
 
 import json
+import tracemalloc
+import zlib
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ from tests.train.test_transport import MESSAGES, group
 from train.adapters import AdapterRef, _digest
 from train.errors import TransportError
 from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage
-from train.wire import MAX_HEADER_BYTES, MAX_PARTS, READABLE, SCHEMA, decode_message, encode_message
+from train.wire import MAX_HEADER_BYTES, MAX_INFLATED, MAX_PARTS, READABLE, SCHEMA, decode_message, encode_message
 
 
 def raw(header: dict, parts: bytes = b"") -> bytes:
@@ -109,8 +113,6 @@ def test_limits_on_decode_refuse_what_a_hostile_sender_could_claim():
 
 
 def test_deflated_parts_are_lossless_and_never_inflate_past_their_shape():
-    import zlib
-
     rng = np.random.default_rng(1)
     screen = np.full((72, 128, 3), 240, np.uint8)
     screen[10:30, 20:60] = rng.integers(0, 255, (20, 40, 3), dtype=np.uint8)  # a noisy widget on a flat page
@@ -132,3 +134,114 @@ def test_deflated_parts_are_lossless_and_never_inflate_past_their_shape():
         decode_message(raw(junk, b"\x00" * 8))
     with pytest.raises(ValueError, match="compress"):
         encode_message(msg, compress="png")
+
+
+def _bomb(shape: tuple[int, ...]) -> bytes:
+    """A deflated run of zeros that really inflates to ``shape``'s bytes (a 16384x16384x4 frame: 1 GiB from about
+    1 MiB)."""
+    z, chunk, out = zlib.compressobj(9), bytes(16 << 20), []
+    size = int(np.prod(shape))
+    for _ in range(size // len(chunk)):
+        out.append(z.compress(chunk))
+    out.append(z.compress(bytes(size % len(chunk))))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+BOMB_SHAPE = (16384, 16384, 4)
+BOMB = _bomb(BOMB_SHAPE)
+
+
+def bomb_message(actor: str = "actor-0", parts: int = 1) -> bytes:
+    """A group message whose one sample points at ``parts`` deflated parts each declaring a 16384x16384x4 frame."""
+    header = json.loads(encode_message(group("g", 1))[4:4 + int.from_bytes(encode_message(group("g", 1))[:4], "big")])
+    header["schema"], header["body"]["actor"] = 2, actor
+    header["parts"] = [{"shape": list(BOMB_SHAPE), "offset": 0, "length": len(BOMB), "encoding": "zlib"}] * parts
+    return raw(header, BOMB)
+
+
+def test_a_small_message_declaring_a_huge_frame_is_refused_before_anything_is_inflated():
+    data = bomb_message()
+    assert len(data) < 1.2 * 2 ** 20  # about 1 MiB on the bus, 1 GiB if inflated
+    tracemalloc.start()
+    try:
+        with pytest.raises(TransportError, match="over the budget"):
+            decode_message(data)
+        with pytest.raises(TransportError, match="over the budget"):
+            decode_message(bomb_message(parts=16))  # 16 GiB declared in one message
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2 ** 20, peak  # the old decoder allocated the whole 1 GiB frame first
+    lying = json.loads(data[4:4 + int.from_bytes(data[:4], "big")])
+    lying["parts"] = [dict(lying["parts"][0], shape=[4096, 4096, 4], length=100)]
+    with pytest.raises(TransportError, match="shrinks at most 1032x"):
+        decode_message(raw(lying, BOMB[:100]))
+    assert MAX_INFLATED < int(np.prod(BOMB_SHAPE))
+
+
+def _header(data: bytes) -> dict:
+    return json.loads(data[4:4 + int.from_bytes(data[:4], "big")])
+
+
+def _rewritten(data: bytes, text: str) -> bytes:
+    n = int.from_bytes(data[:4], "big")
+    body = text.encode()
+    return len(body).to_bytes(4, "big") + body + data[4 + n:]
+
+
+def test_numbers_that_are_not_finite_are_refused_wherever_they_stand():
+    data = encode_message(group("g", 2))
+    text = data[4:4 + int.from_bytes(data[:4], "big")].decode()
+    for old, new in (('"reward": 1.0', '"reward": NaN'), ('"reward": 0.0', '"reward": -Infinity'),
+                     ("-0.5", "Infinity"), ("-2.0", "1e999"), ('"created_at": 12.5', '"created_at": ' + "9" * 400),
+                     ('"correct": 1.0', '"correct": NaN')):
+        assert old in text, old
+        with pytest.raises(TransportError, match="finite|malformed"):
+            decode_message(_rewritten(data, text.replace(old, new, 1)))
+    episode = encode_message(EpisodeMessage("e", "a", "env", 1, "ep", "success", 1.0, 2, timings={"act": 0.5}))
+    text = episode[4:].decode()
+    for old, new in (('"reward": 1.0', '"reward": NaN'), ('"act": 0.5', '"act": Infinity'),
+                     ('"reward": 1.0', '"reward": ' + "1" * 500)):
+        with pytest.raises(TransportError):
+            decode_message(_rewritten(episode, text.replace(old, new, 1)))
+
+
+def test_a_sample_whose_image_is_a_string_is_refused_not_read_as_a_local_file(tmp_path):
+    secret = tmp_path / "secret.npy"
+    np.save(secret, np.zeros((2, 2, 3), np.uint8))
+    header = _header(encode_message(group("g", 2)))
+    for image in (str(secret), "/etc/passwd", "x" * 5000, "../../../etc/shadow"):
+        for row in header["body"]["samples"]:
+            row["image"], row["image_part"] = image, None
+        with pytest.raises(TransportError, match="image part"):
+            decode_message(raw(header, b"\x00" * 28 * 56 * 3))
+
+
+def test_whatever_the_header_holds_the_only_error_is_a_transport_error():
+    """Inputs that raised TypeError, OverflowError or OSError from the decoder before."""
+    data = encode_message(group("g", 2))
+    header = _header(data)
+    part = header["parts"][0]
+    cases = [{**header, "schema": [1]}, {**header, "schema": {"a": 1}}, {**header, "type": ["group"]},
+             {**header, "parts": [dict(part, shape=[28.0, 56, 3])]}, {**header, "parts": [dict(part, offset="0")]},
+             {**header, "parts": [dict(part, shape=[2 ** 70, 2, 3])]}, {**header, "parts": ["shape"]},
+             {**header, "body": {**header["body"], "samples": "abc"}},
+             {**header, "body": {**header["body"], "parts": 1.5}},
+             {**header, "body": {**header["body"], "samples": [dict(header["body"]["samples"][0], image_part=-1)]}},
+             {**header, "body": {**header["body"], "samples": [dict(header["body"]["samples"][0],
+                                                                    response_ids=[2 ** 80])]}},
+             {**header, "body": {**header["body"], "samples": [dict(header["body"]["samples"][0], messages=[1])]}},
+             {**header, "body": []}]
+    for case in cases:
+        with pytest.raises(TransportError):
+            decode_message(raw(case, data[4 + int.from_bytes(data[:4], "big"):]))
+
+
+def test_an_announcement_of_the_old_format_is_refused_by_name():
+    files = {"a.bin": "a" * 64}
+    ref = AdapterRef("learner@2", 2, "http://gpu:8765/v000002", _digest(files), files, 99.0)
+    old = {"schema": 1, "type": "announcement", "parts": [],
+           "body": {"ref": ref.to_json(), "key_id": "ab" * 8, "signature": "cd" * 32}}
+    with pytest.raises(TransportError, match="old format.*could be replayed"):
+        decode_message(raw(old))

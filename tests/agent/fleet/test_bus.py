@@ -156,7 +156,8 @@ def test_announcements_are_signed_and_a_forged_one_keeps_the_version(broker, tmp
     actor = MqttTransport(parse_broker(broker.url), role="actor", key=KEY, actor="a1",
                           spool=Spool(tmp_path / "spool")).start()
     files = {"adapter_model.safetensors": "ab" * 32}
-    learner.announce(AdapterRef("learner@1", 1, "/run/adapters/v000001", "cd" * 32, files, 1.0))
+    learner.announce(AdapterRef("learner@1", 1, "/run/adapters/v000001", "cd" * 32, files, 1.0,
+                                sizes={"adapter_model.safetensors": 1000}))
     end = time.monotonic() + 10
     while actor.policy() is None and time.monotonic() < end:
         time.sleep(0.05)
@@ -164,7 +165,7 @@ def test_announcements_are_signed_and_a_forged_one_keeps_the_version(broker, tmp
     rogue = MqttTransport(parse_broker(broker.url), role="learner", key=b"k" * 32).start()
     rogue.client_id += "-rogue"
     forged = AdapterRef("learner@2", 2, "http://evil:80/v000002", "ef" * 32, files, 2.0)
-    rogue._retained[rogue.topics.policy] = encode_message(sign(forged, b"k" * 32))
+    rogue._retained[rogue.topics.policy] = encode_message(sign(forged, b"k" * 32, rogue.topics.prefix))
     rogue._poke()
     time.sleep(1.0)
     unsigned = encode_message(forged)  # a bare AdapterRef on the policy topic: not an announcement
@@ -234,3 +235,49 @@ def test_tls_passwords_and_the_acl_hold(tmp_path):
             t.close(flush_s=0)
     finally:
         b.stop()
+
+
+def test_a_replayed_or_foreign_announcement_does_not_move_an_actor_back(broker, tmp_path):
+    """Someone on the bus who holds the fleet key (an actor's machine) records the learner's announcement of v1 and
+    republishes the same bytes after v2, then one signed for another session under the same key: the actor keeps
+    v2, counts both, and its status (what the learner and ``agent fleet status`` see) says so."""
+    from agent.config import load_train_config
+    from agent.fleet.actor import ActorOptions, FleetActor
+
+    config = load_train_config(None, ['model.id="tiny"', 'train.stage="rl"', f'train.run_dir="{tmp_path}"'])
+    fleet_actor = FleetActor(config, ActorOptions(name="a1", env="generated/click"), parse_broker(broker.url), KEY)
+    learner = learner_for(broker.url)
+    actor = MqttTransport(parse_broker(broker.url), role="actor", key=KEY, actor="a1", spool=Spool(tmp_path / "spool"),
+                          status_extras=fleet_actor._status_extras).start()
+    fleet_actor.transport = actor  # what FleetActor.run does
+    rogue = MqttTransport(parse_broker(broker.url), role="observer", key=KEY).start()
+    assert rogue.wait_connected(10)
+    heard: list[bytes] = []
+    take = rogue.inbox.take
+    rogue.inbox.take = lambda topic, payload: (heard.append(payload), take(topic, payload))  # type: ignore[method-assign]
+    files, sizes = {"adapter_model.safetensors": "ab" * 32}, {"adapter_model.safetensors": 1000}
+
+    def wait(until) -> None:
+        end = time.monotonic() + 10
+        while not until() and time.monotonic() < end:
+            time.sleep(0.05)
+
+    learner.announce(AdapterRef("learner@1", 1, "/run/adapters/v000001", "cd" * 32, files, 1.0, sizes=sizes))
+    wait(lambda: actor.policy() is not None and heard)
+    (recorded,) = heard
+    learner.announce(AdapterRef("learner@2", 2, "/run/adapters/v000002", "ef" * 32, files, 2.0, sizes=sizes))
+    wait(lambda: actor.policy().version == "learner@2")
+    other = AdapterRef("learner@9", 9, "http://evil:80/v000009", "00" * 32, files, 9.0, sizes=sizes)
+    for payload in (recorded, encode_message(sign(other, KEY, "handeye/another-session"))):
+        rogue._retained[rogue.topics.policy] = payload
+        rogue._poke()
+        wait(lambda: not rogue._retained)
+    wait(lambda: sum(actor.counts_now().get(k, 0) for k in ("stale_announcement", "bad_signature")) >= 2)
+    counts = actor.counts_now()
+    assert actor.policy().version == "learner@2", actor.policy()
+    assert counts.get("stale_announcement") == 1 and counts.get("bad_signature") == 1, counts
+    actor.set_status(ActorStatus("a1", "running", "learner@2", at=time.time()))
+    wait(lambda: "a1" in learner.statuses())
+    assert learner.statuses()["a1"].refused == 2
+    for t in (actor, learner, rogue):
+        t.close()

@@ -15,7 +15,7 @@ import torch
 
 from agent.errors import OnlineError
 from agent.fleet.keys import sign, verify
-from agent.fleet.versions import VersionServer, fetch_version
+from agent.fleet.versions import VersionServer, fetch_version, sized
 from agent.online.versions import AdapterFollower, VersionClock
 from policy.backends.swap import unique_state
 from policy.errors import BackendError
@@ -59,8 +59,8 @@ def test_a_fleet_actor_fetches_a_full_weight_version_over_http_and_swaps_it_in(t
                                root=actor_store, fetch=functools.partial(fetch_version, root=actor_store))
     with VersionServer(store.root, host="127.0.0.1", port=0, advertise="") as server:
         ref = store.publish(Learner)
-        announced = replace(ref, path=f"{server.url}/{Path(ref.path).name}")  # what MqttTransport.announce sends
-        bus.ref = verify(decode_message(encode_message(sign(announced, key))), key)
+        announced = replace(sized(ref), path=f"{server.url}/{Path(ref.path).name}")  # what MqttTransport.announce sends
+        bus.ref = verify(decode_message(encode_message(sign(announced, key, "lab/run"))), key, "lab/run")
         assert bus.ref.kind is VersionKind.FULL and bus.ref.path.startswith("http://")
         asyncio.run(follower.sync())
         assert server.served == len(ref.files)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,13 +19,13 @@ from agent.fleet.inbox import Inbox
 from agent.fleet.keys import KEY_ENV, key_id, load_key, sign, verify, write_key
 from agent.fleet.settings import PASSWORD_ENV, Topics, check_actor_name, parse_broker
 from agent.fleet.spool import Spool, produced_ids
-from agent.fleet.versions import VersionServer, fetch_version
-from tests.support.light_actor import group_message
+from agent.fleet.versions import VersionServer, fetch_version, sized
 from tests.support import procs
+from tests.support.light_actor import group_message
 from train.adapters import AdapterRef, AdapterStore, adapter_digest, verify_adapter
-from train.errors import AdapterChecksumError, AdapterPathError
+from train.errors import AdapterChecksumError, AdapterError, AdapterPathError
 from train.messages import ActorStatus, EpisodeMessage
-from train.wire import encode_message
+from train.wire import decode_message, encode_message
 
 KEY = bytes(range(32))
 
@@ -57,14 +59,14 @@ def test_broker_urls_say_what_is_wrong(tmp_path, monkeypatch):
 
 def test_the_fleet_key_signs_announcements_and_a_forgery_is_refused(tmp_path, monkeypatch):
     ref = AdapterRef("learner@3", 3, "http://gpu:8765/v000003", "ab" * 32, {"a.bin": "cd" * 32}, 12.5)
-    ann = sign(ref, KEY)
-    assert verify(ann, KEY) == ref
+    ann = sign(ref, KEY, "lab/run7")
+    assert verify(ann, KEY, "lab/run7") == ref
     with pytest.raises(BadSignature, match="altered or forged"):
-        verify(replace(ann, ref=replace(ref, path="http://evil:80/v000003")), KEY)
+        verify(replace(ann, ref=replace(ref, path="http://evil:80/v000003")), KEY, "lab/run7")
     with pytest.raises(BadSignature, match="another fleet key"):
-        verify(sign(ref, b"x" * 32), KEY)
-    with pytest.raises(BadSignature, match="altered or forged"):
-        verify(replace(sign(ref, b"x" * 32), key_id=key_id(KEY)), KEY)  # a forger who copies the fingerprint
+        verify(sign(ref, b"x" * 32, "lab/run7"), KEY, "lab/run7")
+    with pytest.raises(BadSignature, match="altered or forged"):  # a forger who copies the fingerprint
+        verify(replace(sign(ref, b"x" * 32, "lab/run7"), key_id=key_id(KEY)), KEY, "lab/run7")
     path = tmp_path / "fleet.key"
     fingerprint = write_key(path)
     assert oct(path.stat().st_mode & 0o777) == "0o600" and key_id(load_key(str(path))) == fingerprint
@@ -148,7 +150,7 @@ def test_versions_travel_over_http_and_are_checked_on_arrival(tmp_path):
     store, ref = _published(tmp_path)
     root = tmp_path / "actor" / "adapters"
     with VersionServer(store.root, host="127.0.0.1", port=0) as server:
-        remote = replace(ref, path=f"{server.url}/v000001")
+        remote = replace(sized(ref), path=f"{server.url}/v000001")
         local = fetch_version(remote, root)
         assert Path(local.path) == root / "v000001" and verify_adapter(local, root=root) == root / "v000001"
         assert adapter_digest(root / "v000001")[0] == ref.sha256 and server.served == 2
@@ -232,3 +234,141 @@ def test_agent_help_does_not_import_the_mqtt_client():
             "print('HEAVY', [m for m in ('aiomqtt', 'paho') if m in sys.modules])")
     r = procs.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in r.stdout and "learner" in r.stdout and "actor" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_inbox_refuses_a_bomb_by_its_sender_and_declared_size_before_inflating_anything():
+    from tests.train.test_wire import bomb_message
+
+    got: list[tuple[str, object]] = []
+    strict = Inbox(Topics("p"), lambda kind, m: got.append((kind, m)), allow=("a1",))
+    open_ = Inbox(Topics("p"), lambda kind, m: got.append((kind, m)))
+    tracemalloc.start()
+    try:
+        strict.take("p/samples/stranger", bomb_message("stranger"))  # not in --actors: not even parsed
+        strict.take("p/samples/a1", bomb_message("a1"))  # a known actor over the pixel budget
+        strict.take("p/samples/a1", bomb_message("a1", parts=16))
+        open_.take("p/samples/newcomer", bomb_message("newcomer"))  # no list: not held, refused by its size
+        open_.take("p/samples/a2", bomb_message("a1"))  # speaks for a1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2 ** 20, peak  # the old inbox inflated 1 GiB for each
+    assert got == [] and open_.held == (0, 0)
+    assert strict.counts_now() == {"unknown_actor": 1, "malformed": 2}
+    assert open_.counts_now() == {"malformed": 2}  # a2 speaking as a1 with a bomb: the budget refuses it first
+
+
+def test_messages_held_for_unknown_actors_are_capped_over_all_of_them():
+    got: list[tuple[str, object]] = []
+    inbox = Inbox(Topics("p"), lambda kind, m: got.append((kind, m)), hold_bytes=16 << 20)
+    frame = np.random.default_rng(0).integers(0, 255, (64, 96, 3), dtype=np.uint8)  # raw: 18 KiB a message
+    tracemalloc.start()
+    try:
+        for i in range(4000):  # invented names, one message each (the old cap was 2,000 per actor)
+            name = f"ghost-{i}"
+            inbox.take(f"p/samples/{name}", encode_message(group_message(name, 0, frame)))
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    messages, size = inbox.held
+    assert messages <= 2000 and size <= 16 << 20 and current < 24 << 20, (messages, size, current)
+    assert inbox.counts_now()["unknown_actor"] == 4000 - messages
+    inbox.take("p/status/ghost-3", encode_message(ActorStatus("ghost-3", "running")))  # a real actor, late
+    assert [k for k, _ in got] == ["status", "samples"] and inbox.held[0] == messages - 1
+    inbox.expire(now=time.monotonic() + 60)
+    assert inbox.held == (0, 0)
+
+
+def test_refusals_are_counted_each_and_logged_a_few_times_without_tracebacks(caplog):
+    inbox = Inbox(Topics("p"), lambda kind, m: None)
+    caplog.set_level("WARNING")
+    for i in range(3000):  # malformed messages from 3,000 invented actors, and 3,000 off-session topics
+        inbox.take(f"p/samples/x{i}", b"\x00\x00\x00\x05{nope" + bytes(i % 7))
+        inbox.take(f"q/samples/x{i}", b"")
+    assert inbox.counts_now() == {"malformed": 3000, "bad_topic": 3000}
+    lines = [r for r in caplog.records if r.name == "agent.fleet.inbox"]
+    assert len(lines) == 2 and not any(r.exc_info for r in lines), [r.getMessage() for r in lines]
+    assert "logged at most once a minute" in lines[0].getMessage()
+
+
+def test_an_announcement_is_signed_with_its_session_and_time_and_only_a_newer_one_replaces_it():
+    from agent.fleet.keys import newer
+
+    ref = AdapterRef("learner@3", 3, "http://gpu:8765/v000003", "ab" * 32, {"a.bin": "cd" * 32}, 12.5,
+                     sizes={"a.bin": 10})
+    ann = sign(ref, KEY, "lab/run7", issued_at=1000.0)
+    assert verify(ann, KEY, "lab/run7") == ref
+    with pytest.raises(BadSignature, match="another session"):
+        verify(sign(ref, KEY, "lab/run6"), KEY, "lab/run7")  # same key, another session
+    with pytest.raises(BadSignature, match="altered or forged"):
+        verify(replace(ann, session="lab/run7-b"), KEY, "lab/run7-b")  # the session field rewritten
+    with pytest.raises(BadSignature, match="altered or forged"):
+        verify(replace(ann, issued_at=2000.0), KEY, "lab/run7")  # the time rewritten to pass as newer
+    with pytest.raises(BadSignature, match="altered or forged"):
+        verify(replace(ann, ref=replace(ref, sizes={"a.bin": 10 ** 12})), KEY, "lab/run7")  # the sizes too
+    later = sign(replace(ref, version="learner@4", step=4), KEY, "lab/run7", issued_at=900.0)
+    assert newer(later, ann) and not newer(ann, later) and not newer(ann, ann) and newer(ann, None)
+    again = sign(ref, KEY, "lab/run7", issued_at=1001.0)  # a restarted learner announcing its version again
+    assert newer(again, ann)
+    back = decode_message(encode_message(ann))
+    assert back == ann and verify(back, KEY, "lab/run7") == ref
+
+
+class EndlessServer:
+    """An HTTP server on loopback that answers every GET with up to ``limit`` bytes (no Content-Length, or a lying
+    one), counting what it managed to send."""
+
+    def __init__(self, limit: int, content_length: str | None = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.sent = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                if content_length is not None:
+                    self.send_header("Content-Length", content_length)
+                self.end_headers()
+                chunk = bytes(1 << 16)
+                try:
+                    while owner.sent < limit:
+                        self.wfile.write(chunk)
+                        owner.sent += len(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> EndlessServer:  # noqa: PYI034
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+def test_a_version_download_reads_no_more_than_the_announced_size(tmp_path):
+    ref = AdapterRef("learner@1", 1, "", "ab" * 32, {"adapter_model.safetensors": "cd" * 32}, 1.0,
+                     sizes={"adapter_model.safetensors": 4096})
+    with EndlessServer(300 << 20) as server:  # 300 MiB on offer
+        with pytest.raises(AdapterChecksumError, match="more than the 4096 bytes"):
+            fetch_version(replace(ref, path=f"{server.url}/v000001"), tmp_path / "a1")
+        time.sleep(0.2)  # let the server's write fail on the closed socket
+        assert server.sent < 32 << 20, server.sent  # socket buffers at most; the old fetch took all 300 MiB
+    assert not (tmp_path / "a1" / "v000001").exists()
+    with EndlessServer(1 << 20, content_length=str(1 << 40)) as server, \
+            pytest.raises(AdapterChecksumError, match="is 1099511627776 bytes long"):
+        fetch_version(replace(ref, path=f"{server.url}/v000001"), tmp_path / "a2")
+    with pytest.raises(AdapterError, match="states no size"):
+        fetch_version(replace(ref, path="http://127.0.0.1:9/v000001", sizes={}), tmp_path / "a3")
