@@ -232,7 +232,7 @@ class PlaywrightDevice(AsyncContextDevice):
             for obj, method in steps:
                 try:
                     await asyncio.wait_for(getattr(obj, method)(), timeout=self.close_step_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     clean = False
                     log.warning("the browser's %s took more than %.0f s", method, self.close_step_s)
                 except Exception as e:  # closing a dead browser is not worth an error
