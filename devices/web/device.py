@@ -44,7 +44,7 @@ from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 from devices.web.browser import find_browser, has_cjk_font
 from devices.web.config import WebConfig, check_url
-from devices.web.processes import CLOSE_STEP_S, BrowserProcesses, find_processes
+from devices.web.processes import CLOSE_STEP_S, BrowserProcesses, drivers, find_processes
 from devices.web.scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
                                   VIEW_JS)
 
@@ -178,7 +178,9 @@ class PlaywrightDevice(AsyncContextDevice):
             raise DeviceUnavailable("--headed needs a display (web.headless = false): set DISPLAY or run under "
                                     "xvfb-run (xvfb-run -a agent run ... --headed)")
         self._disconnected = False  # a device closed after its browser went away may start again
+        before = drivers()
         self._pw = await async_playwright().start()
+        self._processes = BrowserProcesses.new_driver(before)  # killed if the start is cancelled before the launch
         try:
             self._executable = find_browser(cfg.browser_path, _playwright_browser(self._pw))
             args = [
@@ -199,7 +201,7 @@ class PlaywrightDevice(AsyncContextDevice):
             except Exception as e:
                 raise DeviceUnavailable(f"could not launch {self._executable}: {_first_line(e)}") from e
             self._browser.on("disconnected", lambda _b: self._mark_disconnected())
-            self._processes = await find_processes(self._browser)
+            self._processes = await find_processes(self._browser, self._processes)
             self.browser_version = self._browser.version
             self._context = await self._browser.new_context(
                 viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},

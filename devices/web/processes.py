@@ -4,7 +4,8 @@ A started ``PlaywrightDevice`` is two kinds of process: Playwright's driver (a N
 and the Chromium it launched. Playwright starts Chromium detached, so the browser is a session leader and every
 process of the browser (zygotes, renderers, the GPU, network and storage services) is in one process group whose id
 is the browser's pid. The browser tells its own pid (``SystemInfo.getProcessInfo`` on a browser-level DevTools
-session); the driver is its parent.
+session); the driver is its parent. Before the browser has launched (a start cancelled mid-launch), the driver is
+the one child of this process that started with the device, when only one did.
 
 ``PlaywrightDevice.close`` asks the browser, then the driver, to close, each within ``CLOSE_STEP_S``. When either
 does not finish in time (a hung driver, a browser stopped by a debugger or starved of memory), or the caller's own
@@ -56,16 +57,42 @@ def _members(group: int) -> list[int]:
     return found
 
 
+def drivers() -> dict[int, int]:
+    """This process's Playwright drivers now: pid -> start time."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            seen = _stat(int(entry.name))
+            if seen is not None and seen[0] == os.getpid() and seen[3] != "Z":
+                try:
+                    cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"run-driver" in cmdline:
+                    found[int(entry.name)] = seen[2]
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class BrowserProcesses:
-    """The browser (its pid is its process group's id) and the driver of one device, as seen when it started."""
+    """The browser (its pid is its process group's id) and the driver of one device, as seen when it started; the
+    browser is None until it has launched."""
 
-    browser: int
-    browser_started: int
+    browser: int | None
+    browser_started: int | None
     driver: int | None
     driver_started: int | None
 
+    @classmethod
+    def new_driver(cls, before: dict[int, int]) -> BrowserProcesses | None:
+        """The driver that started since ``before`` (``drivers()``), when exactly one did (devices starting at the
+        same moment each learn theirs from their browser instead: ``find_processes``)."""
+        new = [(pid, t) for pid, t in drivers().items() if before.get(pid) != t]
+        return cls(None, None, *new[0]) if len(new) == 1 else None
+
     def _group_alive(self) -> bool:
+        if self.browser is None:
+            return False
         leader = _stat(self.browser)
         if leader is not None and leader[1] == self.browser and leader[2] != self.browser_started:
             return False  # another process with that pid leads its own group: ours is gone
@@ -86,6 +113,7 @@ class BrowserProcesses:
         what was signalled ("browser group 123", "driver 122")."""
         done = []
         if self._group_alive():
+            assert self.browser is not None
             try:
                 os.killpg(self.browser, signal.SIGKILL)
                 done.append(f"browser group {self.browser}")
@@ -101,9 +129,9 @@ class BrowserProcesses:
         return done
 
 
-async def find_processes(browser: Any) -> BrowserProcesses | None:
+async def find_processes(browser: Any, known: BrowserProcesses | None = None) -> BrowserProcesses | None:
     """The processes of a launched Playwright ``browser``: its pid from the browser itself, the driver as its
-    parent; None when the browser does not say (not Chromium) or there is no ``/proc``."""
+    parent; ``known`` (the driver alone) when the browser does not say (not Chromium) or there is no ``/proc``."""
     try:
         session = await browser.new_browser_cdp_session()
         try:
@@ -113,10 +141,10 @@ async def find_processes(browser: Any) -> BrowserProcesses | None:
         pid = next(int(p["id"]) for p in info.get("processInfo", []) if p.get("type") == "browser")
     except Exception as e:  # a browser that cannot say is closed the way Playwright closes it
         log.debug("the browser did not tell its process id: %s: %s", type(e).__name__, e)
-        return None
+        return known
     seen = _stat(pid)
     if seen is None or seen[1] != pid:
-        return None
+        return known
     parent = _stat(seen[0])
     ours = parent is not None and parent[0] == os.getpid()
     return BrowserProcesses(pid, seen[2], seen[0] if ours else None, parent[2] if ours and parent else None)
