@@ -47,7 +47,7 @@ def test_a_process_the_run_left_behind_is_found_by_its_mark_and_ended(tmp_path):
     """The child starts a process in a session of its own (as Playwright starts Chromium) and exits: it is no longer
     in the child's tree or session, but it carries the mark, so the harness finds it, names it and kills it."""
     script = "import subprocess, sys; subprocess.Popen(['sleep', '300'], start_new_session=True)"
-    rc, samples, left, _ = soak.watch([sys.executable, "-c", script], 0.05, tmp_path / "log")
+    rc, _, left, _ = soak.watch([sys.executable, "-c", script], 0.05, tmp_path / "log")
     assert rc == 0 and len(left) == 1 and "sleep 300" in left[0], left
     pid = int(left[0].split()[0])
     for _ in range(200):  # SIGKILL was sent: the process is gone within moments

@@ -18,8 +18,6 @@ from tests.support.browsers import alive, browser_pids, browsers, counting_brows
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
-@pytest.mark.slow  # about 40 s: the tiny model, two browsers, a restart; the quick attack on a hung close is
-# tests/agent/test_eval_devices.py::test_slots_whose_close_hangs_leave_no_browser_behind (the same device close)
 def test_an_online_session_never_has_more_browsers_than_actors(tmp_path, monkeypatch):
     monkeypatch.setattr(PlaywrightDevice, "close_step_s", 1.0, raising=False)
     session = session_for(config(tmp_path / "run", "train.steps=1000"), online(max_restarts=3))
