@@ -46,30 +46,36 @@ def _stat(pid: int) -> tuple[int, int, int, str] | None:
     return int(fields[1]), int(fields[2]), int(fields[19]), fields[0]
 
 
+def _pids() -> list[int]:
+    """Every process id in ``/proc``; none without it (not Linux)."""
+    try:
+        return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
 def _members(group: int) -> list[int]:
     """The running (not zombie) processes of process group ``group``."""
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            seen = _stat(int(entry.name))
-            if seen is not None and seen[1] == group and seen[3] != "Z":
-                found.append(int(entry.name))
+    for pid in _pids():
+        seen = _stat(pid)
+        if seen is not None and seen[1] == group and seen[3] != "Z":
+            found.append(pid)
     return found
 
 
 def drivers() -> dict[int, int]:
     """This process's Playwright drivers now: pid -> start time."""
     found = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            seen = _stat(int(entry.name))
-            if seen is not None and seen[0] == os.getpid() and seen[3] != "Z":
-                try:
-                    cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if b"run-driver" in cmdline:
-                    found[int(entry.name)] = seen[2]
+    for pid in _pids():
+        seen = _stat(pid)
+        if seen is not None and seen[0] == os.getpid() and seen[3] != "Z":
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"run-driver" in cmdline:
+                found[pid] = seen[2]
     return found
 
 
