@@ -7,7 +7,9 @@
 Each environment name gets ``episodes`` episodes with seeds ``seed .. seed + episodes - 1``. At most
 ``parallel`` episodes run at once, each in one of ``parallel`` slots: a slot holds one device per device kind
 (built through ``devices.registry`` on first use) and lends it to an environment made for the episode and closed
-after it. However many environments a suite has, at most ``parallel`` devices are alive.
+after it. However many environments a suite has, at most ``parallel`` devices are alive; a slot replaces its device
+every ``DEVICE_EPISODES`` episodes (a long-lived browser keeps what every page left behind), and a device's close
+is bounded (the web device kills its browser's process group when its close hangs: ``devices.web.processes``).
 
 Each episode runs through the one episode runner (``agent/runner.py``): the step's frame, action,
 raw output, parse error, candidates and model input size are recorded, with the step reward and
@@ -169,6 +171,12 @@ environments (``agent.cli.evaluate`` builds them from the config's sections and 
 DEVICE_START_TIMEOUT_S = 60.0
 """Seconds a slot's device may take to start (a browser's launch, a phone's first frame)."""
 
+DEVICE_EPISODES = 100
+"""Episodes a slot's device is lent for before the slot closes it and starts a new one: a browser page kept for
+ever keeps what every page it showed left behind (Playwright holds each request and response object of a page
+until the page closes, about 15 KB an episode in this process alone, more in the driver and the browser), so a
+suite of thousands of episodes would grow without end. One launch per 100 episodes costs about 1 %."""
+
 
 def default_devices(kind: str, slot: int) -> Any:
     """A device of ``kind`` at its section's defaults (``devices.registry``), whatever the slot."""
@@ -183,14 +191,20 @@ class _Slot:
     """One of ``parallel`` places an episode runs. It holds one started device per device kind, built on first use
     and lent to every environment that runs there: each environment is made for its episode and closed after it,
     the device stays. So an evaluation of any number of environments keeps at most ``parallel`` devices (and their
-    browsers) alive. A device that failed is closed, and the slot's next episode on that kind gets a new one."""
+    browsers) alive. A device that failed is closed, and the slot's next episode on that kind gets a new one; so is
+    one lent for ``DEVICE_EPISODES`` episodes (what a long-lived browser keeps grows with every page it showed)."""
 
-    def __init__(self, index: int, factory: DeviceFactory) -> None:
+    def __init__(self, index: int, factory: DeviceFactory, episodes_per_device: int = DEVICE_EPISODES) -> None:
         self.index = index
         self.factory = factory
         self.devices: dict[str, Any] = {}
+        self.episodes_per_device = episodes_per_device
+        self.lent: dict[str, int] = {}
+        """Episodes each kind's device has been lent for."""
 
     async def device(self, kind: str) -> Any:
+        if self.lent.get(kind, 0) >= self.episodes_per_device:
+            await self.drop(kind)  # closed before the next one starts: never two browsers in one slot
         if kind not in self.devices:
             device = self.factory(kind, self.index)
             try:
@@ -199,9 +213,12 @@ class _Slot:
                 await _close(device, f"slot {self.index}'s {kind} device")
                 raise
             self.devices[kind] = device
+            self.lent[kind] = 0
+        self.lent[kind] += 1
         return self.devices[kind]
 
     async def drop(self, kind: str) -> None:
+        self.lent.pop(kind, None)
         device = self.devices.pop(kind, None)
         if device is not None:
             await _close(device, f"slot {self.index}'s {kind} device")
@@ -247,6 +264,7 @@ async def evaluate(
     config: dict[str, Any] | None = None,
     options: RunOptions | None = None,
     devices: DeviceFactory = default_devices,
+    episodes_per_device: int = DEVICE_EPISODES,
 ) -> EvalResult:
     """Run ``episodes`` episodes of every environment in ``env_names``, ``parallel`` at once.
 
@@ -254,7 +272,8 @@ async def evaluate(
     (an oracle reads its env; share heavy state such as a loaded model through the closure).
     ``max_steps`` overrides each environment's step budget. ``on_episode`` is called as each
     episode ends. ``config`` is stored in run.json; ``options`` go to the episode runner. ``devices`` builds the
-    device each of the ``parallel`` slots lends to its environments (``_Slot``). Writes one run folder under
+    device each of the ``parallel`` slots lends to its environments (``_Slot``), for ``episodes_per_device`` episodes
+    before the slot starts a new one. Writes one run folder under
     ``runs_dir`` (``eval.json`` holds the scores) and returns the scores.
     """
     if episodes < 1:
@@ -268,7 +287,9 @@ async def evaluate(
     run = RunWriter(runs_dir, config={"kind": "eval", "envs": names, "episodes": episodes, "parallel": parallel,
                                       "seed": seed, "max_steps": max_steps, **(config or {})}, run_id=run_id)
     slots: asyncio.Queue[_Slot] = asyncio.Queue()
-    every = [_Slot(i, devices) for i in range(parallel)]
+    if episodes_per_device < 1:
+        raise ValueError(f"episodes_per_device={episodes_per_device} must be at least 1")
+    every = [_Slot(i, devices, episodes_per_device) for i in range(parallel)]
     for slot in every:
         slots.put_nowait(slot)
     results: list[EpisodeResult] = []

@@ -31,6 +31,12 @@ DEVICE_START_TIMEOUT_S = 60.0
 """Seconds an actor's device may take to start (a browser's launch, a phone's first frame) before it counts as a
 failed start."""
 
+DEVICE_EPISODES = 100
+"""Episodes an actor runs on one device and environment before it closes them and starts new ones: a browser page
+kept for ever keeps what every episode's page left behind (Playwright holds each request and response of a page
+until the page closes), so a session of thousands of episodes would grow without end (``agent.eval`` does the
+same per slot)."""
+
 
 def step_rule(reward: str) -> StepRule:
     """The online step reward's rule for ``data.reward`` (``train.reward_registry.online_rule``); an ``OnlineError``
@@ -151,7 +157,9 @@ class ActorPolicy:
 
 
 class OnlineActor:
-    """One actor: its own device, episode after episode, until the session stops or the actor is dropped."""
+    """One actor: its own device, episode after episode, until the session stops or the actor is dropped. The device
+    and its environment are closed and made anew after a failure and every ``DEVICE_EPISODES`` episodes; each close is
+    bounded (15 s, and the web device kills its browser's processes when its own close hangs)."""
 
     def __init__(self, ctx: ActorContext, index: int, name: str = "") -> None:
         self.ctx = ctx
@@ -168,6 +176,8 @@ class OnlineActor:
         """Decisions made (steps in flight included)."""
         self.restarts = 0
         self.failures = 0
+        self.on_device = 0
+        """Episodes run on the current device (``DEVICE_EPISODES``)."""
         self.state = "starting"
         self.episode_key = ""
         self.error = ""
@@ -200,7 +210,7 @@ class OnlineActor:
         kind = device_kind(settings.device_kind)
         address = settings.addresses[self.index] if self.index < len(settings.addresses) else ""
         device = kind.build(kind.configured(kind.config(), address), SettleConfig())
-        self.device = device
+        self.device, self.on_device = device, 0
         await asyncio.wait_for(device.start(), timeout=DEVICE_START_TIMEOUT_S)
         self.env = make(settings.env, max_steps=settings.max_steps, device=device)  # lent: the actor closes it
         return self.env
@@ -248,12 +258,15 @@ class OnlineActor:
                         return
                     continue
                 broken = await self._episode(job, env)
+                self.on_device += 1
                 if broken:
                     await self._close_env()
                     if self._failed(self.error):
                         return
                 else:
                     self.failures = 0
+                    if self.on_device >= DEVICE_EPISODES:  # a new browser for the next ones
+                        await self._close_env()
                 self.status("running")
         except Exception as exc:
             ctx.fatal(exc)

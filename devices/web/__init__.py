@@ -4,6 +4,7 @@
     browser   finding a Chromium to drive (the configured path, Playwright's download, the system's) and a CJK font
     scripts   the JavaScript the device runs in pages (the viewport, the element under a point, the focus)
     device    PlaywrightDevice: frames over the DevTools protocol, the coordinate contract, the actions
+    processes the browser's process group and Playwright's driver, killed when a close hangs or is cancelled
 
 Recording a person (docs/recording.md, "Web"):
 

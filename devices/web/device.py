@@ -44,6 +44,7 @@ from devices.frames import decode, small_gray
 from devices.settle import SettleConfig, SettleResult, wait_until_settled
 from devices.web.browser import find_browser, has_cjk_font
 from devices.web.config import WebConfig, check_url
+from devices.web.processes import CLOSE_STEP_S, BrowserProcesses, drivers, find_processes
 from devices.web.scripts import (ELEMENT_JS, FOCUS_IS_PASSWORD_JS, FOCUSED_JS, MASK_FOCUSED_JS, TWO_FRAMES_JS,
                                   VIEW_JS)
 
@@ -97,6 +98,8 @@ class PlaywrightDevice(AsyncContextDevice):
     """A Chromium page. Use as ``async with PlaywrightDevice(cfg, url=...) as dev:``."""
 
     name = "web"
+    close_step_s = CLOSE_STEP_S
+    """Seconds the browser's close, then the driver's stop, may each take (``close``)."""
 
     def __init__(
         self,
@@ -118,6 +121,7 @@ class PlaywrightDevice(AsyncContextDevice):
         """The last settle capture, valid until anything may change the page (act, goto, evaluate)."""
         self._emulated: tuple[int, int, float] | None = None
         self._disconnected = False
+        self._processes: BrowserProcesses | None = None
         self._executable = ""
         self.browser_version = ""
 
@@ -139,6 +143,12 @@ class PlaywrightDevice(AsyncContextDevice):
         if self._context is None:
             raise DeviceError("the web device is not started; call `await device.start()` first")
         return self._context
+
+    @property
+    def processes(self) -> BrowserProcesses | None:
+        """The browser's process group and Playwright's driver, as seen at start; None before the start, after the
+        close, or when the browser did not tell its pid (``devices.web.processes``)."""
+        return self._processes
 
     @property
     def cdp_session(self) -> Any:
@@ -167,7 +177,10 @@ class PlaywrightDevice(AsyncContextDevice):
             # Chromium would start and die at once, and Playwright say only that the browser was closed.
             raise DeviceUnavailable("--headed needs a display (web.headless = false): set DISPLAY or run under "
                                     "xvfb-run (xvfb-run -a agent run ... --headed)")
+        self._disconnected = False  # a device closed after its browser went away may start again
+        before = drivers()
         self._pw = await async_playwright().start()
+        self._processes = BrowserProcesses.new_driver(before)  # killed if the start is cancelled before the launch
         try:
             self._executable = find_browser(cfg.browser_path, _playwright_browser(self._pw))
             args = [
@@ -188,6 +201,7 @@ class PlaywrightDevice(AsyncContextDevice):
             except Exception as e:
                 raise DeviceUnavailable(f"could not launch {self._executable}: {_first_line(e)}") from e
             self._browser.on("disconnected", lambda _b: self._mark_disconnected())
+            self._processes = await find_processes(self._browser, self._processes)
             self.browser_version = self._browser.version
             self._context = await self._browser.new_context(
                 viewport={"width": cfg.viewport_width, "height": cfg.viewport_height},
@@ -208,14 +222,29 @@ class PlaywrightDevice(AsyncContextDevice):
             await self.goto(self.start_url)
 
     async def close(self) -> None:
-        for obj, method in ((self._browser, "close"), (self._pw, "stop")):
-            if obj is not None:
-                try:
-                    await asyncio.wait_for(getattr(obj, method)(), timeout=10)
-                except Exception as e:  # closing a dead browser is not worth an error
-                    log.debug("ignoring %s while closing the browser", type(e).__name__)
+        """Close the browser, then Playwright's driver, each within ``close_step_s``; one that does not finish in
+        time, or a close cancelled by the caller's own bound, kills the browser's process group and the driver
+        (``devices.web.processes``). Nothing of the device is left running after it."""
+        processes, self._processes = self._processes, None
+        steps = [(obj, method) for obj, method in ((self._browser, "close"), (self._pw, "stop")) if obj is not None]
         self._pw = self._browser = self._context = self._page = self._cdp = None
         self._emulated = None
+        clean = True
+        try:
+            for obj, method in steps:
+                try:
+                    await asyncio.wait_for(getattr(obj, method)(), timeout=self.close_step_s)
+                except TimeoutError:
+                    clean = False
+                    log.warning("the browser's %s took more than %.0f s", method, self.close_step_s)
+                except Exception as e:  # closing a dead browser is not worth an error
+                    log.debug("ignoring %s while closing the browser", type(e).__name__)
+        finally:  # cancelled too: a close the caller gave up on still leaves no process
+            if processes is not None and (not clean or processes.alive()):
+                killed = processes.kill()
+                if killed:
+                    log.log(logging.DEBUG if clean else logging.WARNING, "killed what the web device left running: "
+                            "%s", ", ".join(killed))
 
     def _mark_disconnected(self) -> None:
         self._disconnected = True

@@ -1,40 +1,76 @@
 """``agent eval``'s devices: ``--parallel`` slots, each lending one device per kind to the environments that run
-there. More environments than slots never means more browsers than slots, and ``--device android:SERIAL`` given
-twice runs the suite on two phones (protocol-level test phones behind a private real adb server)."""
+there. More environments than slots never means more browsers than slots (counted from /proc all along the run,
+not only between episodes, over generated and MiniWoB++ environments), a slot's device whose close hangs is killed
+instead of outliving the evaluation, and ``--device android:SERIAL`` given twice runs the suite on two phones
+(protocol-level test phones behind a private real adb server)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-from pathlib import Path
+import signal
+import uuid
 
 import pytest
 
 from agent.cli import main as agent_main
 from agent.eval import evaluate
 from agent.oracles import oracle_for
-from tests.conftest import descendants
+from devices.web import PlaywrightDevice, WebConfig
 from tests.devices.test_android import _connect, _disconnect
 from tests.support.adb import private_adb_server
+from tests.support.browsers import alive, browsers, counting_browsers, drivers
 from tests.support.fake_adbd import FakeAdbd, FakePhone
 
 GENERATED = ["generated/click", "generated/click-easy", "generated/click-zh", "generated/click-dark",
              "generated/form", "generated/absent"]
 
 
-def browsers() -> int:
-    """Chromium browser processes below this test (a browser's own helpers, whose parent is Chromium, not
-    counted)."""
-    names = {}
-    for pid in descendants(os.getpid()):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        names[pid] = (stat[stat.index("(") + 1:stat.rindex(")")], int(stat.rsplit(")", 1)[1].split()[1]))
-    return sum(1 for name, parent in names.values()
-               if "chrom" in name and "chrom" not in names.get(parent, ("", 0))[0])
+MIXED = ["generated/click", "miniwob/click-button", "generated/form", "miniwob/click-test", "miniwob/focus-text",
+         "generated/click-zh", "miniwob/click-dialog", "miniwob/enter-text", "miniwob/click-checkboxes"]
+
+
+def test_an_evaluation_of_generated_and_miniwob_environments_never_has_more_browsers_than_slots(tmp_path, capsys):
+    """`agent eval` as a user runs it, nine environments of both suites, two slots: never a third browser, at any
+    moment of the run, and none after."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"kind": "click", "point": [0.5, 0.5]}, {"kind": "finish"}]))
+    with counting_browsers() as seen:
+        code = agent_main(["eval", "--suite", "miniwob", "--tasks", *MIXED, "--episodes", "1", "--parallel", "2",
+                           "--policy", "scripted", "--script", str(script), "--runs-dir", str(tmp_path / "runs")])
+    assert code == 0, capsys.readouterr().out
+    scores = json.loads(next((tmp_path / "runs").glob("*/eval.json")).read_text())
+    assert scores["overall"]["episodes"] == len(MIXED) and "aborted" not in scores["overall"]["outcomes"], scores
+    assert max(seen) == 2 and len(seen) > len(MIXED), (max(seen), len(seen))
+    assert browsers() == 0
+
+
+def test_slots_whose_close_hangs_leave_no_browser_behind(tmp_path):
+    """Both slots' Playwright drivers stop answering after the last episode (SIGSTOP: a driver starved of memory,
+    as when a whole suite ran the machine out of it): the evaluation's closing of its slots still ends, and it ends
+    with every browser and driver gone, not left running stopped."""
+    tag = f"--handeye-eval-{uuid.uuid4().hex}"
+    total = 4
+
+    def device(kind: str, slot: int) -> PlaywrightDevice:
+        made = PlaywrightDevice(WebConfig(extra_args=(tag,)))
+        made.close_step_s = 1.0
+        return made
+
+    def on_episode(result) -> None:
+        on_episode.done += 1
+        if on_episode.done == total:  # every episode is over: the slots close next
+            for pid in drivers(tag):
+                os.kill(pid, signal.SIGSTOP)
+                on_episode.stopped.append(pid)
+
+    on_episode.done, on_episode.stopped = 0, []
+    result = asyncio.run(asyncio.wait_for(evaluate(GENERATED[:2], oracle_for, episodes=2, parallel=2,
+                                                   runs_dir=tmp_path, on_episode=on_episode, devices=device), 120))
+    assert result.overall.episodes == total and len(on_episode.stopped) == 2
+    assert browsers() == 0
+    assert not [pid for pid in on_episode.stopped if alive(pid)]
 
 
 def test_more_environments_than_slots_never_means_more_browsers(tmp_path):
@@ -45,6 +81,22 @@ def test_more_environments_than_slots_never_means_more_browsers(tmp_path):
     assert result.overall.episodes == 12 and result.overall.successes == 12
     assert len(seen) == 12 and max(seen) <= 2, seen
     assert browsers() == 0
+
+
+def test_a_slot_starts_a_new_browser_after_its_share_of_episodes(tmp_path):
+    """A browser page kept for a whole suite keeps what every page left behind: each slot's device is lent for
+    ``episodes_per_device`` episodes, then closed before the next one starts (never two in one slot)."""
+    made: list[int] = []
+
+    def device(kind: str, slot: int) -> PlaywrightDevice:
+        made.append(slot)
+        return PlaywrightDevice(WebConfig())
+
+    with counting_browsers() as seen:
+        result = asyncio.run(evaluate(GENERATED[:2], oracle_for, episodes=3, parallel=1, runs_dir=tmp_path,
+                                      devices=device, episodes_per_device=2))
+    assert result.overall.successes == 6
+    assert made == [0, 0, 0] and max(seen) == 1 and browsers() == 0  # 6 episodes, 2 per device: 3 devices
 
 
 def test_the_desktop_is_one_per_process(tmp_path):
