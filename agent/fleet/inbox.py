@@ -35,11 +35,14 @@ _EXPECTED = {"samples": GroupMessage, "episodes": EpisodeMessage, "status": Acto
 class Inbox:
     """Checks incoming payloads (see the module docstring) and hands on what passes.
 
-    ``deliver(kind, message)`` is called with each accepted sample, episode, status or announcement message."""
+    ``deliver(kind, message)`` is called with each accepted sample, episode, status or announcement message;
+    ``on_hold(kind, message)`` with each message held for its actor's status (a learner logs it before it
+    acknowledges it: ``agent.fleet.journal``)."""
 
     def __init__(self, topics: Topics, deliver: Callable[[str, Any], None], *, allow: Iterable[str] = (),
-                 max_bytes: int = MAX_BYTES, hold_s: float = 30.0, hold_max: int = 2000) -> None:
-        self.topics, self.deliver = topics, deliver
+                 max_bytes: int = MAX_BYTES, hold_s: float = 30.0, hold_max: int = 2000,
+                 on_hold: Callable[[str, Any], None] | None = None) -> None:
+        self.topics, self.deliver, self.on_hold = topics, deliver, on_hold
         self.allow = frozenset(allow)
         self.max_bytes, self.hold_s, self.hold_max = max_bytes, hold_s, hold_max
         self.counts: collections.Counter[str] = collections.Counter()
@@ -109,6 +112,8 @@ class Inbox:
             full = len(queue) >= self.hold_max
             if not full:
                 queue.append((time.monotonic(), kind, message))
+        if not full and self.on_hold is not None:
+            self.on_hold(kind, message)
         if full:
             self._refuse("unknown_actor", actor, f"{self.hold_max} messages from {actor!r}, which has published no "
                                                  f"status")
