@@ -124,9 +124,11 @@ def learner_row(status: dict[str, Any] | None, alive: str, *, now: float) -> dic
     status = status or {}
     at = status.get("at")
     at = float(at) if isinstance(at, (int, float)) else None
-    state = alive or ("unknown" if not status else str(status.get("state", "unknown")))
-    if alive == "up" and status.get("state") not in (None, "up"):
-        state = str(status.get("state"))
+    said = str(status.get("state", "")) if status else ""
+    if said and said != "up" and alive != "up":
+        state = said  # it stopped cleanly and said so first (a will that fired after a goodbye cut short changes nothing)
+    else:
+        state = alive or said or "unknown"
     row: dict[str, Any] = {"state": state, "host": str(status.get("host", "")), "version": status.get("version"),
                            "step": status.get("step"), "pending": status.get("pending"),
                            "last_seen_s": None if at is None else round(max(0.0, now - at), 1)}

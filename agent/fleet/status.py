@@ -4,7 +4,8 @@ Each actor publishes its status (state, device, host, adapter version, steps/s, 
 retained, so a newcomer reads the latest of each at once; an actor whose connection died shows ``offline`` (its
 last will, which the broker published). ``last seen`` is the age of the newest status: an actor publishes one at
 every change of state and version and after every episode, so a ``running`` actor not seen for minutes is stuck or
-has an episode longer than that. ``spooled`` is what the actor's spool holds now: the actor republishes its status
+has an episode longer than that. ``episodes`` counts the actor's whole run folder (every process that used it:
+its spool's ``produced.log``), not only the process running now. ``spooled`` is what the actor's spool holds now: the actor republishes its status
 when that number changes (an acknowledgement empties it), so a retained "1 spooled" is not left behind.
 
 The first line is the learner's own (``agent.fleet.record.learner_row``): ``up`` with its version and how many

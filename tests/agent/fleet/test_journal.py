@@ -13,7 +13,7 @@ from agent.fleet.journal import InboxLog, logged_ids, read_consumed
 from agent.fleet.mqtt import MqttTransport
 from agent.fleet.record import FleetRecord, learner_row
 from agent.fleet.settings import parse_broker
-from agent.fleet.spool import Spool
+from agent.fleet.spool import Spool, produced_count
 from agent.fleet.status import learner_line
 from tests.support.fleet_run import wait_for
 from tests.support.light_actor import group_message
@@ -76,6 +76,9 @@ def test_the_learner_row_says_down_since_its_last_status():
     up = learner_row({"state": "up", "version": "learner@3", "pending": 5, "at": now}, "up", now=now)
     assert learner_line(up).startswith("learner  up, last version learner@3, 5 pending")
     assert learner_row(None, "", now=now)["state"] == "unknown"
+    # stopped cleanly (its status says so) even when its goodbye was cut short and the will fired; a new one is up
+    assert learner_row({"state": "stopped", "at": now}, "down", now=now)["state"] == "stopped"
+    assert learner_row({"state": "stopped", "at": now}, "up", now=now)["state"] == "up"
 
 
 def test_an_actor_status_says_what_its_spool_holds_now(tmp_path):
@@ -90,6 +93,7 @@ def test_an_actor_status_says_what_its_spool_holds_now(tmp_path):
         assert actor.statuses()["a1"].spooled == 1
         broker.start()
         wait_for(lambda: len(actor.spool) == 0, 60, "the spool sent")
+        assert produced_count(tmp_path / "spool", "samples") == 1 and produced_count(tmp_path / "spool", "episodes") == 0
         observer = MqttTransport(parse_broker(broker.url), role="observer").start()
         wait_for(lambda: "a1" in observer.statuses() and observer.statuses()["a1"].spooled == 0, 30,
                  "the retained status saying 0 spooled")
