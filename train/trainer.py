@@ -310,7 +310,7 @@ class Trainer:
                     progress.update(self.step, metrics)
                     ck = cfg.checkpoint.every
                     if (ck and self.step % ck == 0) or self.step == cfg.train.steps or stop:
-                        self.checkpoint()
+                        self.checkpoint_unless_saved()  # a hook may have written it already (a fleet learner)
                     if stop:
                         result.stopped_early = True
                         break

@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -192,10 +192,14 @@ class GroupAssembler:
     ``add(message)`` returns the groups it completed (lists of samples); a duplicate message id is counted and
     ignored. ``expire()`` returns groups open longer than ``timeout_s`` with the parts they have (an actor that
     died mid-episode never sends its part). Groups with fewer than ``min_samples`` samples are dropped and counted,
-    as are episode-level groups with fewer than two episodes: neither has a baseline to compare with."""
+    as are episode-level groups with fewer than two episodes: neither has a baseline to compare with.
+    ``on_finish(ids, group)``, when given, is called with the message ids of every group that completed or expired
+    and the group returned (None when it was dropped): what a fleet learner records as consumed."""
 
-    def __init__(self, *, timeout_s: float = 600.0, min_samples: int = 2, remember: int = 100_000) -> None:
+    def __init__(self, *, timeout_s: float = 600.0, min_samples: int = 2, remember: int = 100_000,
+                 on_finish: Callable[[list[str], list[TrainSample] | None], None] | None = None) -> None:
         self.timeout_s = timeout_s
+        self.on_finish = on_finish
         self.min_samples = min_samples
         self._open: dict[str, _Open] = {}
         self._seen: dict[str, None] = {}
@@ -236,9 +240,14 @@ class GroupAssembler:
     def _finish(self, entry: _Open) -> list[list[TrainSample]]:
         samples = [s for m in entry.messages for s in m.samples]
         units = sum(1 for m in entry.messages if m.samples) if entry.level == "episode" else len(samples)
+        ids = [m.id for m in entry.messages]
         if len(samples) < self.min_samples or units < 2:
             self.too_small += 1
+            if self.on_finish is not None:
+                self.on_finish(ids, None)
             return []
+        if self.on_finish is not None:
+            self.on_finish(ids, samples)
         return [samples]
 
 

@@ -91,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
 def _status(broker: Any, key: bytes | None, wait: float, as_json: bool) -> int:
     from agent.errors import FleetError
     from agent.fleet.mqtt import MqttTransport
+    from agent.fleet.record import learner_row
     from agent.fleet.status import status_rows, status_table
 
     transport = MqttTransport(broker, role="observer", key=key).start()
@@ -102,6 +103,7 @@ def _status(broker: Any, key: bytes | None, wait: float, as_json: bool) -> int:
             return EXIT_UNREACHABLE
         time.sleep(wait)  # retained messages arrive right after the subscription
         statuses, policy = transport.statuses(), transport.policy()
+        learner = learner_row(*transport.learner_status(), now=time.time())
     except FleetError as exc:  # refused: a wrong user or password, or a certificate that does not verify
         print_error(str(exc))
         return EXIT_UNREACHABLE
@@ -109,8 +111,8 @@ def _status(broker: Any, key: bytes | None, wait: float, as_json: bool) -> int:
         transport.close(flush_s=0)
     rows = status_rows(statuses, now=time.time())
     if as_json:
-        print(json.dumps({"broker": broker.url, "policy": policy.version if policy else None, "actors": rows},
-                         indent=1))
+        print(json.dumps({"broker": broker.url, "policy": policy.version if policy else None, "learner": learner,
+                          "actors": rows}, indent=1))
     else:
-        status_table(make_console(), broker.url, policy.version if policy else None, rows)
+        status_table(make_console(), broker.url, policy.version if policy else None, rows, learner=learner)
     return EXIT_OK

@@ -13,7 +13,6 @@ refuses the learner's user or password, or whose certificate does not verify, st
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +73,7 @@ def _serve_address(text: str) -> tuple[str, int]:
 def main(args: argparse.Namespace) -> int:
     from agent.errors import ConfigError, FleetError
     from agent.fleet.mqtt import MqttTransport
+    from agent.fleet.record import FleetRecord
     from agent.fleet.settings import check_actor_name
     from agent.fleet.versions import VersionServer
     from agent.online import OnlineError
@@ -98,23 +98,32 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         return print_error(f"the version server cannot listen on {args.serve}: {exc.strerror or exc}; choose "
                            f"another --serve HOST:PORT")
-    transport = MqttTransport(broker, role="learner", key=key, allow=allow, announce_url=server.url).start()
+    run_dir = Path(config.train.run_dir)
+    transport = MqttTransport(broker, role="learner", key=key, allow=allow, announce_url=server.url,
+                              journal_dir=run_dir / "inbox").start()
     try:
         transport.wait_admitted()
     except FleetError as exc:
         transport.close(flush_s=0)
         server.stop()
         return print_error(str(exc))
+    record = FleetRecord(run_dir, transport.counts_now, status=lambda: _status(transport),
+                         publish=transport.set_learner_status)
+    code = 1
     try:
+        record.start()  # written from the start: a kill -9 leaves this process's counts, a few seconds old
         code = train_online.run_session(args, config, online, transport=transport)
     finally:
+        record.stop("stopped" if code == 0 else f"exit {code}")
         transport.close()
         server.stop()
-    _write_counts(Path(config.train.run_dir), transport.counts_now())
+        if transport.journal is not None:
+            transport.journal.close()
     return code
 
 
-def _write_counts(run_dir: Path, counts: dict[str, int]) -> None:
-    """What the bus refused and how often it reconnected, next to the session's summary."""
-    if run_dir.is_dir():
-        (run_dir / "fleet.json").write_text(json.dumps({"counts": counts}, indent=1) + "\n", encoding="utf-8")
+def _status(transport: Any) -> dict[str, Any]:
+    """The changing part of the learner's status: its announced version, the step, what waits to be trained."""
+    ref = transport.policy()
+    return {"version": ref.version if ref else None, "step": ref.step if ref else None,
+            "pending": transport.pending_groups()}

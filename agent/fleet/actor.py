@@ -33,7 +33,7 @@ from typing import Any
 from agent.errors import OnlineError
 from agent.fleet.mqtt import MqttTransport
 from agent.fleet.settings import BrokerConfig, check_actor_name
-from agent.fleet.spool import Spool
+from agent.fleet.spool import Spool, produced_count
 from agent.fleet.versions import fetch_version
 from agent.online.actors import OnlineActor, step_rule
 from agent.online.context import ActorContext, ActorSettings, Counters
@@ -124,6 +124,8 @@ class FleetActor:
         self._warned: set[str] = set()
         self._fatal: BaseException | None = None
         self._t0 = time.monotonic()
+        self._earlier_episodes = 0
+        """Episodes earlier processes with this run folder sent (its spool's produced.log): the status counts all."""
         self.actor: OnlineActor | None = None
         self.transport: MqttTransport | None = None
         self.follower: AdapterFollower | None = None
@@ -154,6 +156,7 @@ class FleetActor:
 
         return {"device": device_kind(o.device).selector(o.address),
                 "host": socket.gethostname(), "refused": refused,
+                "episodes": self._earlier_episodes + (a.episodes if a is not None else 0),
                 "steps_per_s": round(a.decisions / elapsed, 3) if a is not None and elapsed > 0 else 0.0}
 
     def _build_model(self) -> tuple[Any, Any, Any]:
@@ -226,6 +229,7 @@ class FleetActor:
         o = self.options
         run = self._open_run()
         spool = Spool(self.run_dir / "spool", max_bytes=o.spool_mb << 20, fsync=o.fsync)
+        self._earlier_episodes = produced_count(spool.folder, "episodes")  # the status counts the whole run's
         self.transport = MqttTransport(self.broker, role="actor", key=self.key, actor=o.name, spool=spool,
                                        status_extras=self._status_extras, compress=o.compress).start()
         signals = StopSignals(lambda signum: self.stop("signal")).install()

@@ -39,7 +39,7 @@ from typing import Any
 from agent.fleet.settings import Topics
 from train.errors import TransportError
 from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage
-from train.wire import MAX_BYTES, MAX_INFLATED, decode_message, open_envelope
+from train.wire import MAX_BYTES, MAX_INFLATED, Envelope, decode_message, open_envelope
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,24 @@ LOG_EVERY_S = 60.0
 class Inbox:
     """Checks incoming payloads (see the module docstring) and hands on what passes.
 
-    ``deliver(kind, message)`` is called with each accepted sample, episode, status or announcement message."""
+    ``deliver(kind, message)`` is called with each accepted sample, episode, status or announcement message;
+    ``on_hold(kind, actor, payload, message_id)`` with each message held for its actor's status, still undecoded
+    (a learner logs it before it acknowledges it: ``agent.fleet.journal``); ``on_expire(ids)`` with the ids of held
+    sample messages refused because their actor's status never came (the learner marks them dropped in its log)."""
 
     def __init__(self, topics: Topics, deliver: Callable[[str, Any], None], *, allow: Iterable[str] = (),
                  max_bytes: int = MAX_BYTES, max_inflated: int = MAX_INFLATED, hold_s: float = 30.0,
-                 hold_max: int = 2000, hold_bytes: int = 64 << 20) -> None:
-        self.topics, self.deliver = topics, deliver
+                 hold_max: int = 2000, hold_bytes: int = 64 << 20,
+                 on_hold: Callable[[str, str, bytes, str], None] | None = None,
+                 on_expire: Callable[[list[str]], None] | None = None) -> None:
+        self.topics, self.deliver, self.on_hold, self.on_expire = topics, deliver, on_hold, on_expire
         self.allow = frozenset(allow)
         self.max_bytes, self.max_inflated = max_bytes, max_inflated
         self.hold_s, self.hold_max, self.hold_bytes = hold_s, hold_max, hold_bytes
         self.counts: collections.Counter[str] = collections.Counter()
         self.known: set[str] = set(self.allow)
-        self._held: dict[str, collections.deque[tuple[float, str, bytes]]] = {}
+        self._held: dict[str, collections.deque[tuple[float, str, bytes, str]]] = {}
+        """Actor -> (when, kind, payload, message id) of each message held for its status."""
         self._held_n = self._held_size = 0
         self._episodes_seen: dict[str, None] = {}
         self._logged: dict[str, tuple[float, int]] = {}
@@ -122,7 +128,7 @@ class Inbox:
             self._refuse("impersonation", actor, f"a message of actor {envelope.actor[:80]!r} on {topic}")
             return
         if kind in ("samples", "episodes") and actor not in self.known:
-            self._hold(kind, actor, payload)
+            self._hold(kind, actor, payload, _message_id(envelope))
             return
         self._decoded(kind, actor, topic, payload, envelope)
 
@@ -143,25 +149,28 @@ class Inbox:
             self._accept(kind, message)
 
     def _status(self, actor: str, status: ActorStatus) -> None:
-        released: list[tuple[float, str, bytes]] = []
+        released: list[tuple[float, str, bytes, str]] = []
         with self._lock:
             if not self.allow and actor not in self.known:
                 self.known.add(actor)
                 released = list(self._held.pop(actor, ()))
                 self._held_n -= len(released)
-                self._held_size -= sum(len(p) for *_, p in released)
+                self._held_size -= sum(len(p) for _, _, p, _ in released)
         self.deliver("status", status)
-        for _, kind, payload in released:
+        for _, kind, payload, _ in released:
             topic = self.topics.samples(actor) if kind == "samples" else self.topics.episodes(actor)
             self._decoded(kind, actor, topic, payload)
 
-    def _hold(self, kind: str, actor: str, payload: bytes) -> None:
+    def _hold(self, kind: str, actor: str, payload: bytes, message_id: str) -> None:
         with self._lock:
             full = self._held_n >= self.hold_max or self._held_size + len(payload) > self.hold_bytes
             if not full:
-                self._held.setdefault(actor, collections.deque()).append((time.monotonic(), kind, payload))
+                entry = (time.monotonic(), kind, payload, message_id)
+                self._held.setdefault(actor, collections.deque()).append(entry)
                 self._held_n += 1
                 self._held_size += len(payload)
+        if not full and self.on_hold is not None:
+            self.on_hold(kind, actor, payload, message_id)
         if full:
             self._refuse("unknown_actor", actor, f"{actor!r} has published no status, and the messages held for "
                                                  f"such actors are at their cap ({self.hold_max} messages, "
@@ -171,16 +180,22 @@ class Inbox:
         """Refuse held messages of actors whose status did not come within ``hold_s``."""
         now = time.monotonic() if now is None else now
         dropped: list[str] = []
+        expired: list[str] = []
         with self._lock:
             for actor, queue in list(self._held.items()):
                 while queue and now - queue[0][0] > self.hold_s:
+                    _, kind, payload, message_id = queue.popleft()
                     self._held_n -= 1
-                    self._held_size -= len(queue.popleft()[2])
+                    self._held_size -= len(payload)
                     dropped.append(actor)
+                    if kind == "samples":
+                        expired.append(message_id)
                 if not queue:
                     del self._held[actor]
         for actor in dropped:
             self._refuse("unknown_actor", actor, f"{actor!r} published no status within {self.hold_s:.0f} s")
+        if expired and self.on_expire is not None:
+            self.on_expire(expired)
 
     def _accept(self, kind: str, message: Any) -> None:
         if kind == "episodes":
@@ -193,3 +208,11 @@ class Inbox:
                     for key in list(self._episodes_seen)[:100_000]:
                         del self._episodes_seen[key]
         self.deliver(kind, message)
+
+
+
+def _message_id(envelope: Envelope) -> str:
+    """The id an opened envelope's header names ("" when it has none that is a string)."""
+    body = envelope.header.get("body")
+    message_id = body.get("id") if isinstance(body, dict) else None
+    return message_id if isinstance(message_id, str) else ""

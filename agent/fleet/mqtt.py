@@ -11,10 +11,14 @@ One object per process, in one of three roles:
   newer than the one it holds (a replay) is refused and counted (``stale_announcement``).
 - ``learner``: a persistent session (a fixed client id, clean session off), so what actors publish while the learner
   is away is queued by the broker and delivered when it comes back. Incoming payloads pass ``agent.fleet.inbox``
-  (size, schema, topic, known actors). ``announce`` signs the version for the session (the topic prefix) with its
-  files' sizes and the time, and publishes it retained, its folder replaced by the URL the learner serves it from
-  (``agent.fleet.versions``).
-- ``observer`` (``agent fleet status``): reads the retained statuses and announcement.
+  (size, schema, topic, known actors). Acknowledgements are manual: a message is acknowledged only after the inbox
+  took it, and a group message only once it is in the inbox log (``agent.fleet.journal``, written and fsynced), so a
+  learner killed at any moment loses nothing the broker has forgotten; a resumed learner is first handed the
+  log's pending messages, and drops second deliveries of logged ones. ``announce`` signs the version for the
+  session (the topic prefix) with its files' sizes and the time, and publishes it retained, its folder replaced by
+  the URL the learner serves it from (``agent.fleet.versions``); ``set_learner_status`` publishes the learner's own
+  status (``agent.fleet.record``), and its last will says ``down`` on ``PREFIX/learner/alive``.
+- ``observer`` (``agent fleet status``): reads the retained statuses, the learner's and the announcement.
 
 The MQTT client runs in a thread of its own with its own event loop, so the interface is the same plain,
 thread-safe calls as ``InProcessTransport``'s: actors call it from their event loop, the learner from its thread. The
@@ -42,6 +46,7 @@ from typing import Any
 
 from agent.errors import BadSignature, FleetError
 from agent.fleet.inbox import Inbox
+from agent.fleet.journal import InboxLog
 from agent.fleet.keys import newer, sign, verify
 from agent.fleet.settings import PASSWORD_ENV, BrokerConfig, Topics
 from agent.fleet.spool import Spool
@@ -49,7 +54,7 @@ from agent.fleet.versions import sized
 from train.adapters import AdapterRef
 from train.errors import TransportClosed, TransportError
 from train.messages import ActorStatus, Announcement, EpisodeMessage, GroupMessage
-from train.wire import MAX_BYTES, encode_message
+from train.wire import MAX_BYTES, decode_message, encode_message
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +98,8 @@ class MqttTransport:
     def __init__(self, broker: BrokerConfig, *, role: str, key: bytes | None = None, actor: str = "",
                  spool: Spool | None = None, allow: tuple[str, ...] = (), announce_url: str = "",
                  max_bytes: int = MAX_BYTES, window: int = 32, max_buffered: int = 64,
-                 status_extras: Callable[[], dict[str, Any]] | None = None, compress: str = "zlib") -> None:
+                 status_extras: Callable[[], dict[str, Any]] | None = None, compress: str = "zlib",
+                 journal_dir: str | Path | None = None) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         if role == "actor" and (not actor or spool is None):
@@ -106,7 +112,20 @@ class MqttTransport:
         """How image parts travel (``train.wire``): "zlib" (lossless, 10-30x fewer bytes for screens) or ""."""
         self.status_extras = status_extras
         """Fields every status of this actor adds (device, host, steps/s, refused versions)."""
-        self.inbox = Inbox(self.topics, self._deliver, allow=allow, max_bytes=max_bytes)
+        self.inbox = Inbox(self.topics, self._deliver, allow=allow, max_bytes=max_bytes,
+                           on_hold=self._keep_held, on_expire=self._held_expired)
+        self.journal_dir = Path(journal_dir) if journal_dir is not None else None
+        self.journal: InboxLog | None = None
+        """The learner's inbox log (``agent.fleet.journal``), from ``open_journal``: messages are acknowledged once
+        they are in it. Until it is open, samples and episodes wait unacknowledged (the broker holds the rest)."""
+        self._journal_open = threading.Event()
+        if self.journal_dir is None:
+            self._journal_open.set()
+        self._taking: tuple[str, bytes] = ("", b"")
+        """The topic and payload the inbox is taking now (what the journal writes)."""
+        self._learner: dict[str, Any] = {}
+        self._alive = ""
+        self._status_spooled: int | None = None
         self.counts: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._groups: queue.Queue[Any] = queue.Queue()
@@ -175,6 +194,8 @@ class MqttTransport:
         last will is published."""
         if self._closed:
             return
+        if self.role == "learner" and self._learner:  # said before the goodbye (after which no will comes)
+            self.set_learner_status({**self._learner, "state": "stopped", "at": time.time()})
         self._closed = True
         end = time.monotonic() + flush_s
         while time.monotonic() < end and (self.spool is not None and len(self.spool) or self._retained):
@@ -187,7 +208,7 @@ class MqttTransport:
         self._groups.put(_CLOSED)
 
     def _poke(self) -> None:
-        if self._loop is not None and self._wake is not None:
+        if self._loop is not None and self._wake is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._wake.set)
 
     # -- the Transport interface -----------------------------------------------------------------------------------
@@ -214,6 +235,7 @@ class MqttTransport:
         if self.spool is not None:
             status = replace(status, spooled=len(self.spool))
         with self._lock:
+            self._status_spooled = status.spooled
             self._statuses[status.actor] = status
             self._retained[self.topics.status(status.actor)] = encode_message(status, max_bytes=self.max_bytes)
         self._poke()
@@ -221,6 +243,38 @@ class MqttTransport:
     def policy(self) -> AdapterRef | None:
         with self._lock:
             return self._policy
+
+    def open_journal(self, step: int) -> InboxLog:
+        """Learner: open the inbox log at the step the learner starts from (0, or the checkpoint resumed), queue
+        its pending messages first, then take what the broker delivers."""
+        if self.journal_dir is None:
+            raise TransportError("this transport has no inbox log folder")
+        journal = InboxLog(self.journal_dir, resume_step=step)
+        for logged in journal.pending:
+            self._replay(logged.topic, logged.payload)
+        self.journal = journal
+        self._journal_open.set()
+        return journal
+
+    def set_learner_status(self, status: dict[str, Any]) -> None:
+        """The learner's own status (``agent.fleet.record``), retained; a state other than ``up`` (stopped, failed)
+        also goes to the alive topic."""
+        import json
+
+        if self._closed:
+            return
+        with self._lock:
+            self._learner = dict(status)
+            self._retained[self.topics.learner] = json.dumps(status).encode("utf-8")
+            if status.get("state") != "up":  # stopped or failed: said before the goodbye, so no will follows
+                self._retained[self.topics.learner_alive] = str(status.get("state"))[:16].encode("ascii", "replace")
+        self._poke()
+
+    def learner_status(self) -> tuple[dict[str, Any] | None, str]:
+        """Observer: the learner's retained status (None when it published none) and its alive word (up, down,
+        stopped; "" when none)."""
+        with self._lock:
+            return (dict(self._learner) if self._learner else None), self._alive
 
     def pending_groups(self) -> int:
         """Actor: messages in the spool not yet acknowledged by the broker; learner: group messages received and not
@@ -277,6 +331,11 @@ class MqttTransport:
     def _deliver(self, kind: str, message: Any) -> None:
         """Called by the inbox with each accepted message (in the client thread)."""
         if kind == "samples":
+            if self.journal is not None:
+                if self.journal.was_consumed(message.id):  # trained (or dropped) before a restart: sent again
+                    self._count("duplicates_after_restart")
+                    return
+                self._keep(kind, message)
             self._groups.put(message)
         elif kind == "episodes":
             self._episodes.put(message)
@@ -285,6 +344,36 @@ class MqttTransport:
                 self._statuses[message.actor] = message
         elif kind == "policy" and self.role != "learner":
             self._take_announcement(message)
+
+    def _keep(self, kind: str, message: Any) -> None:
+        """Into the inbox log, before the message is acknowledged: a group message the inbox accepted as it came. One
+        released from the hold by its actor's status was logged when it was held (``_keep_held``)."""
+        if self.journal is None or kind != "samples":
+            return
+        topic, payload = self._taking
+        if self.topics.parse(topic)[0] == "samples":
+            self.journal.append(topic, message.id, payload)
+
+    def _keep_held(self, kind: str, actor: str, payload: bytes, message_id: str) -> None:
+        """Into the inbox log, undecoded, before it is acknowledged: a group message held for its actor's status."""
+        if self.journal is not None and kind == "samples" and message_id:
+            self.journal.append(self.topics.samples(actor), message_id, payload)
+
+    def _held_expired(self, ids: list[str]) -> None:
+        """Held group messages whose actor never published a status: dropped in the log, never replayed."""
+        if self.journal is not None and ids:
+            self.journal.consumed(self.journal.step, [], ids)
+
+    def _replay(self, topic: str, payload: bytes) -> None:
+        """A pending message of the inbox log: checked when it first came, handed to the learner again."""
+        try:
+            message = decode_message(payload, max_bytes=self.max_bytes)
+        except TransportError as exc:
+            log.error("inbox log: a pending message on %s no longer decodes (%s); skipped", topic, exc)
+            return
+        if isinstance(message, GroupMessage):
+            self._groups.put(message)
+            self._count("replayed")
 
     def _take_announcement(self, announcement: Any) -> None:
         if self.key is None:  # an observer without the key shows the version, unverified
@@ -333,12 +422,16 @@ class MqttTransport:
             if self.status_extras is not None:
                 last = replace(last, **self.status_extras())
             will = aiomqtt.Will(self.topics.status(self.actor), encode_message(last), qos=1, retain=True)
+        elif self.role == "learner":
+            will = aiomqtt.Will(self.topics.learner_alive, b"down", qos=1, retain=True)
         tls = ssl.create_default_context(cafile=b.ca_file or None) if b.tls else None
         client = aiomqtt.Client(b.host, b.port, username=b.username, password=b.password, identifier=self.client_id,
                                 clean_session=self.role != "learner", keepalive=b.keepalive, will=will,
                                 tls_context=tls, max_inflight_messages=self.window, timeout=10,
                                 logger=logging.getLogger("agent.fleet.paho"))
         client.pending_calls_threshold = self.window + 16  # a full publishing window is normal, not a warning
+        if self.role == "learner":  # acknowledged by _read once taken (and logged): aiomqtt has no option for it
+            client._client.manual_ack_set(True)
         return client
 
     async def _main(self) -> None:
@@ -358,6 +451,8 @@ class MqttTransport:
                         log.info("%s reconnected to %s", self.client_id, self.broker.url)
                     ever, backoff = True, 0.2
                     await self._subscribe(client)
+                    if self.role == "learner":
+                        await client.publish(self.topics.learner_alive, b"up", qos=1, retain=True, timeout=30)
                     await self._serve(client)
             except aiomqtt.MqttError as exc:
                 self._connected.clear()
@@ -393,6 +488,7 @@ class MqttTransport:
         elif self.role == "observer":
             await client.subscribe(self.topics.status(), qos=1)
             await client.subscribe(self.topics.policy, qos=1)
+            await client.subscribe(f"{self.broker.prefix}/learner/+", qos=1)
         else:
             await client.subscribe(self.topics.policy, qos=1)
 
@@ -416,20 +512,55 @@ class MqttTransport:
     async def _read(self, client: Any) -> None:
         async for message in client.messages:
             payload = message.payload if isinstance(message.payload, (bytes, bytearray)) else b""
+            topic = str(message.topic)
+            if self.role == "observer" and topic in (self.topics.learner, self.topics.learner_alive):
+                self._learner_message(topic, bytes(payload))
+                continue
+            while not self._journal_open.is_set() and self.topics.parse(topic)[0] in ("samples", "episodes"):
+                await asyncio.sleep(0.05)  # not acknowledged meanwhile: the broker sends no more than its window
             try:
-                self.inbox.take(str(message.topic), bytes(payload))
+                self._taking = (topic, bytes(payload))
+                self.inbox.take(topic, bytes(payload))
+            except OSError:  # the inbox log cannot be written: not acknowledged, the broker sends it again
+                self._count("journal_errors")
+                log.exception("a message on %s could not be logged; not acknowledged", topic)
+                continue
             except Exception as exc:  # a message the checks missed must not end the client: counted, skipped
                 self._count("errors")
-                self.inbox.note("errors", f"a message on {message.topic} could not be taken "
-                                          f"({type(exc).__name__}: {exc}); skipped", exc_info=exc)
+                self.inbox.note("errors", f"a message on {topic} could not be taken ({type(exc).__name__}: {exc}); "
+                                          f"skipped", exc_info=exc)
+            finally:
+                self._taking = ("", b"")
+            if self.role == "learner" and message.qos:
+                client._client.ack(message.mid, message.qos)
             while self.role == "learner" and self._groups.qsize() >= self.max_buffered:
                 await asyncio.sleep(0.02)  # the learner is behind: let the broker hold the rest
+
+    def _learner_message(self, topic: str, payload: bytes) -> None:
+        from agent.fleet.record import parse_learner_status
+
+        with self._lock:
+            if topic == self.topics.learner_alive:
+                self._alive = payload[:16].decode("ascii", "replace")
+            else:
+                self._learner = parse_learner_status(payload) or {}
+
+    def _refresh_spooled(self) -> None:
+        """An actor's retained status says how many messages its spool holds now, not when it was last set."""
+        if self.spool is None:
+            return
+        with self._lock:
+            mine = self._statuses.get(self.actor)
+            if mine is None or self._status_spooled == len(self.spool):
+                return
+        self.set_status(mine)
 
     async def _write(self, client: Any) -> None:
         assert self._wake is not None
         window = asyncio.Semaphore(self.window)
         while True:
             self._wake.clear()
+            self._refresh_spooled()
             await self._publish_retained(client)
             if self.spool is not None:
                 for entry in self.spool.entries():

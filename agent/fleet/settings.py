@@ -8,6 +8,7 @@ or a file (``--password-file``). Topics (docs/fleet.md):
 
     PREFIX/samples/ACTOR    GroupMessage, QoS 1              PREFIX/policy           Announcement, retained
     PREFIX/episodes/ACTOR   EpisodeMessage, QoS 1            PREFIX/status/ACTOR     ActorStatus, retained + will
+    PREFIX/learner/status   the learner's status (JSON), retained   PREFIX/learner/alive  up/stopped, down (its will)
 """
 
 from __future__ import annotations
@@ -105,6 +106,17 @@ class Topics:
     @property
     def policy(self) -> str:
         return f"{self.prefix}/policy"
+
+    @property
+    def learner(self) -> str:
+        """The learner's own retained status (``agent.fleet.record``)."""
+        return f"{self.prefix}/learner/status"
+
+    @property
+    def learner_alive(self) -> str:
+        """``up`` while the learner is connected; the broker puts ``down`` there when its connection dies (its last
+        will), ``stopped`` when it ended cleanly."""
+        return f"{self.prefix}/learner/alive"
 
     def parse(self, topic: str) -> tuple[str, str]:
         """(kind, actor) of a topic of this session: kind samples, episodes, status or policy; ("", "") otherwise."""

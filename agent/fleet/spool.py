@@ -148,3 +148,12 @@ def produced_ids(folder: str | Path) -> list[str]:
     if not path.is_file():
         return []
     return [line.split(" ", 1)[0] for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def produced_count(folder: str | Path, kind: str) -> int:
+    """How many messages of ``kind`` (samples, episodes) a spool folder ever took, over every process that used it."""
+    path = Path(folder) / "produced.log"
+    if not path.is_file():
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return sum(1 for line in f if f"/{kind}/" in line)

@@ -4,7 +4,14 @@ Each actor publishes its status (state, device, host, adapter version, steps/s, 
 retained, so a newcomer reads the latest of each at once; an actor whose connection died shows ``offline`` (its
 last will, which the broker published). ``last seen`` is the age of the newest status: an actor publishes one at
 every change of state and version and after every episode, so a ``running`` actor not seen for minutes is stuck or
-has an episode longer than that.
+has an episode longer than that. ``episodes`` counts the actor's whole run folder (every process that used it:
+its spool's ``produced.log``), not only the process running now. ``spooled`` is what the actor's spool holds now: the actor republishes its status
+when that number changes (an acknowledgement empties it), so a retained "1 spooled" is not left behind.
+
+The first line is the learner's own (``agent.fleet.record.learner_row``): ``up`` with its version and how many
+messages wait to be trained, ``stopped``, or ``down`` (its last will: the connection died) since its last status,
+with the last version it announced. The announced version shown is the retained announcement, which outlives a
+learner that is down.
 """
 
 from __future__ import annotations
@@ -31,11 +38,30 @@ def status_rows(statuses: dict[str, ActorStatus], *, now: float) -> list[dict[st
             for s in sorted(statuses.values(), key=lambda s: s.actor)]
 
 
-def status_table(console: Any, broker: str, policy: str | None, rows: list[dict[str, Any]]) -> None:
-    """The rows on ``console`` (rich), one line per actor (an error on the next)."""
+def learner_line(learner: dict[str, Any]) -> str:
+    """The learner's line: ``learner  up on HOST, v..., N pending, seen ...`` or ``down since ...``."""
+    from agent.terminal import plain
+
+    state = str(learner.get("state") or "unknown")
+    where = f" on {plain(learner['host'])}" if learner.get("host") else ""
+    version = f", last version {plain(str(learner['version']))}" if learner.get("version") else ""
+    seen = learner.get("last_seen_s")
+    if state == "down":
+        since = f" since {_age(seen)}" if seen is not None else ""
+        return f"learner  down{since} (its connection died: its last will){where}{version}"
+    pending = f", {learner['pending']} pending" if learner.get("pending") else ""
+    ago = f", seen {_age(seen)}" if seen is not None else ""
+    return f"learner  {plain(state)}{where}{version}{pending}{ago}"
+
+
+def status_table(console: Any, broker: str, policy: str | None, rows: list[dict[str, Any]], *,
+                 learner: dict[str, Any] | None = None) -> None:
+    """The rows on ``console`` (rich), the learner's line first, one line per actor (an error on the next)."""
     from agent.terminal import plain
 
     console.print(f"{plain(broker)}: announced version {plain(policy or 'none yet')}, {len(rows)} actors")
+    if learner is not None:
+        console.print(learner_line(learner), soft_wrap=True)
     if not rows:
         console.print("no actor has published a status on this session's topics")
         return

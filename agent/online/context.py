@@ -121,6 +121,10 @@ class LearnerContext:
     journal: Path | None = None
     """Where the learner lists the id of every group message it took (first deliveries), when set (a fleet's
     learner: the audit trail against each actor's ``produced.log``)."""
+    open_inbox_log: Callable[[int], Any] | None = None
+    """A fleet learner's: opens its inbox log (``agent.fleet.journal.InboxLog``) at the starting step; each
+    update's consumed message ids are recorded in it, and the update's checkpoint written, before its version is
+    announced. None elsewhere."""
     demos: Any = None
     """Success replay (``agent.online.demos.DemoReplay``): recorded successes mixed into failing tasks' groups; None
     when ``online.demo_share`` is 0."""

@@ -7,6 +7,13 @@ filter; equal rewards when there is no KL term), and hands the trainer a batch o
 ``rl.batch_prompts`` groups whose samples are at most ``max_policy_lag`` versions behind, judged right before the update that uses them (the
 learner's own ``max_staleness`` is set to the same lag as a backstop). The trainer's ``on_start`` hook, called after
 resuming from a checkpoint, publishes the version the actors start with.
+
+A fleet learner (``ctx.open_inbox_log``, ``agent.fleet.journal``) also keeps account of every group message: the ids
+each update trained and those it dropped (filtered, stale, a group too small) are recorded, then the update's
+checkpoint is written, and only then is its version announced. So a version that actors act with can always be
+reproduced by ``--resume`` (never a second, different vN), and a resumed learner knows which logged messages are
+still to be trained. A run whose store holds a version newer than the checkpoint it resumes from (from before
+this rule, or resumed from an older checkpoint by hand) is refused instead of announcing that name again.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from agent.errors import OnlineError
 from agent.online.context import LearnerContext
 from train.adapters import AdapterRef, AdapterStore
 from train.samples import TrainSample
@@ -32,14 +40,21 @@ class LearnerLoop:
 
     def __init__(self, ctx: LearnerContext, trainer: Any, store: AdapterStore) -> None:
         self.ctx, self.trainer, self.store = ctx, trainer, store
-        self.assembler = GroupAssembler(timeout_s=ctx.group_timeout_s)
+        self.assembler = GroupAssembler(timeout_s=ctx.group_timeout_s, on_finish=self._finished)
+        self.inbox_log: Any = None
+        """A fleet learner's inbox log, opened at the start (``ctx.open_inbox_log``)."""
+        self._ids_of: dict[int, list[str]] = {}
+        """id() of a group the assembler just returned -> its message ids (taken by ``feed`` at once)."""
+        self._trained: list[str] = []
+        self._dropped: list[str] = []
+        """Message ids consumed since the last update (recorded in the inbox log before its checkpoint)."""
         self.error: BaseException | None = None
         self.learn_s = 0.0
         """Seconds spent in updates (with their hooks: publishing, metrics, checkpoints)."""
         self.buffered = 0
         """Whole groups waiting in the feed for the next update (part of the backlog actors pace themselves by)."""
         self._thread: threading.Thread | None = None
-        trainer.on_start.append(lambda step: self.publish())  # the version the actors start with (after a resume)
+        trainer.on_start.append(self._started)  # the version the actors start with (after a resume)
         trainer.on_update.append(self.after_update)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -73,6 +88,33 @@ class LearnerLoop:
         self.ctx.transport.announce(ref)
         return ref
 
+    def _started(self, step: int) -> None:
+        """After the resume: announce the version the actors start with. A fleet learner announces the stored
+        version of its checkpoint's step as it is (the same name, the same bytes), and refuses a store that holds a
+        newer one (see the module docstring)."""
+        if self.ctx.open_inbox_log is None:
+            self.publish()
+            return
+        steps = self.trainer.learner.steps
+        latest = self.store.latest()
+        if latest is not None and latest.step > steps:
+            raise OnlineError(
+                f"{self.store.root} holds version {latest.version}, newer than the checkpoint resumed from (step "
+                f"{step}, version @{steps}): resuming would announce a second, different version under names the "
+                f"actors already acted with. Resume from the newest checkpoint, or start a new run (--run-dir)")
+        self.inbox_log = self.ctx.open_inbox_log(step)
+        if latest is not None and latest.step == steps and step:
+            self.ctx.versions.published(latest)
+            self.ctx.transport.announce(latest)
+            return
+        self.publish()
+
+    def _finished(self, ids: list[str], group: list[TrainSample] | None) -> None:
+        if group is None:
+            self._dropped.extend(ids)
+        else:
+            self._ids_of[id(group)] = ids
+
     def feed(self) -> Iterator[list[TrainSample]]:
         """Scored groups for ``Trainer.run_stream``, a batch at a time (see the module docstring)."""
         from train.curriculum import Correctness
@@ -84,6 +126,7 @@ class LearnerLoop:
         no_kl = learner.kl_coef == 0
         per_batch = ctx.prompts_per_batch
         batch: list[list[TrainSample]] = []
+        batch_ids: list[list[str]] = []
         while not ctx.stopping():
             try:
                 msg = ctx.transport.receive_group(timeout=0.2)
@@ -92,6 +135,7 @@ class LearnerLoop:
             groups = self._assemble(msg) if msg is not None else []
             groups += self.assembler.expire()
             for g in groups:
+                ids = self._ids_of.pop(id(g), [])
                 count("samples_received", len(g))
                 count("groups_received")
                 if ctx.demos is not None:  # success replay: before the filter, which would drop an all-wrong group
@@ -104,27 +148,35 @@ class LearnerLoop:
                 n_ok = sum(correct(x) for x in g)
                 if (flt.drop_all_correct and n_ok == len(g)) or (flt.drop_all_wrong and n_ok == 0):
                     count("groups_filtered")
+                    self._dropped.extend(ids)
                     continue
                 if no_kl and len({x.reward for x in g}) < 2:
                     # equal rewards: every advantage is 0 and there is no KL term, so nothing to learn from it
                     count("groups_no_signal")
+                    self._dropped.extend(ids)
                     continue
                 batch.append(g)
+                batch_ids.append(ids)
             self.buffered = len(batch)
             if len(batch) < per_batch:
                 continue
             if lag is not None:  # staleness is judged now, right before the update that would use them
-                fresh = []
-                for g in batch:
+                fresh, fresh_ids = [], []
+                for g, ids in zip(batch, batch_ids):
                     kept = [x for x in g if learner.staleness(x) <= lag]
                     count("stale_dropped", len(g) - len(kept))
                     if len(kept) >= 2 and (kept[0].origin.get("level") != "episode"
                                            or len({x.origin.get("episode") for x in kept}) >= 2):
                         fresh.append(kept)
-                batch = fresh
+                        fresh_ids.append(ids)
+                    else:
+                        self._dropped.extend(ids)
+                batch, batch_ids = fresh, fresh_ids
                 if len(batch) < per_batch:
                     continue
             out, batch = batch[:per_batch], batch[per_batch:]
+            self._trained.extend(i for ids in batch_ids[:per_batch] for i in ids)
+            batch_ids = batch_ids[per_batch:]
             self.buffered = len(batch)
             yield from out[:-1]
             t_last = time.perf_counter()
@@ -144,6 +196,10 @@ class LearnerLoop:
     def after_update(self, step: int, metrics: dict[str, float]) -> None:
         """After every update (learner thread): publish vN, add the session's numbers to the metrics."""
         ctx = self.ctx
+        if self.inbox_log is not None:  # what this update consumed, then its checkpoint, then its announcement
+            self.inbox_log.consumed(step, self._trained, self._dropped)
+            self._trained, self._dropped = [], []
+            self.trainer.checkpoint()
         published = ctx.transport.policy()
         if published is None or published.step != self.trainer.learner.steps:
             t0 = time.perf_counter()

@@ -214,6 +214,7 @@ class OnlineSession:
             episode_stats=self.stats.snapshot, alive_actors=self.alive_actors, elapsed=self.elapsed,
             journal=self.run_dir / "received.log" if self.online.remote_actors else None,
             group_timeout_s=self.online.group_timeout_s,
+            open_inbox_log=getattr(self.transport, "open_journal", None),
             demos=getattr(self, "demos", None))
 
     def _actor_context(self) -> ActorContext:

@@ -38,12 +38,14 @@ topic read {prefix}/samples/+
 topic read {prefix}/episodes/+
 topic readwrite {prefix}/status/+
 topic readwrite {prefix}/policy
+topic readwrite {prefix}/learner/+
 
 # every actor (its user name is its actor name): only its own topics, and the announcement
 pattern write {prefix}/samples/%u
 pattern write {prefix}/episodes/%u
 pattern readwrite {prefix}/status/%u
 pattern read {prefix}/policy
+pattern read {prefix}/learner/+
 """
 
 
