@@ -48,7 +48,7 @@ from agent.errors import BadSignature, FleetError
 from agent.fleet.inbox import Inbox
 from agent.fleet.journal import InboxLog
 from agent.fleet.keys import newer, sign, verify
-from agent.fleet.settings import PASSWORD_ENV, BrokerConfig, Topics
+from agent.fleet.settings import BrokerConfig, Topics, refusal
 from agent.fleet.spool import Spool
 from agent.fleet.versions import sized
 from train.adapters import AdapterRef
@@ -60,38 +60,6 @@ log = logging.getLogger(__name__)
 
 _CLOSED = object()
 ROLES = ("actor", "learner", "observer")
-REFUSED_CODES = frozenset({4, 5, 134, 135, 138, 140})
-"""CONNACK codes that refuse the client's credentials: MQTT 3.1.1's 4 (bad user name or password) and 5 (not
-authorised), and the MQTT 5 codes paho reports for them (134, 135), banned (138), bad authentication method (140).
-Retrying with the same credentials cannot help."""
-
-
-def refusal(exc: BaseException, broker: BrokerConfig) -> str | None:
-    """What to fix when a failed connection (``exc``, an ``aiomqtt.MqttError``) is the broker refusing this client, or
-    its certificate not verifying; None for a failure that retrying may cure (no route, a closed port, a broker that
-    restarts)."""
-    import aiomqtt
-    from paho.mqtt.reasoncodes import ReasonCode
-
-    rc = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
-    if (rc.value if isinstance(rc, ReasonCode) else rc) in REFUSED_CODES:
-        who = f"user {broker.username!r}" if broker.username else "a client without a user name (give one: USER@HOST)"
-        password = ("with the password given" if broker.password else
-                    f"without a password (none in ${PASSWORD_ENV} or --password-file)")
-        return (f"the broker {broker.url} refused {who} {password} ({exc}); check the user name, its password and "
-                f"that the broker's password_file has that user (mosquitto_passwd; docs/fleet.md, Two machines)")
-    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        fix = (f"is the broker's certificate signed by {broker.ca_file}, and does its subjectAltName name "
-               f"{broker.host}?" if broker.ca_file else
-               "give the CA certificate that signed it with --ca FILE")
-        return (f"the certificate of the broker {broker.host}:{broker.port} does not verify ({exc}): {fix} "
-                f"(docs/fleet.md, Two machines)")
-    if "WRONG_VERSION_NUMBER" in str(exc):
-        return (f"{broker.host}:{broker.port} does not speak TLS ({exc}): use mqtt:// for a plain listener, or the "
-                f"port of the broker's TLS listener")
-    return None
-
-
 class MqttTransport:
     """A transport over MQTT (see the module docstring). ``start()`` before use; ``close()`` when done."""
 

@@ -127,3 +127,35 @@ class Topics:
             if head == f"{self.prefix}/{kind}" and _NAME.match(actor):
                 return kind, actor
         return "", ""
+
+
+REFUSED_CODES = frozenset({4, 5, 134, 135, 138, 140})
+"""CONNACK codes that refuse the client's credentials: MQTT 3.1.1's 4 (bad user name or password) and 5 (not
+authorised), and the MQTT 5 codes paho reports for them (134, 135), banned (138), bad authentication method (140).
+Retrying with the same credentials cannot help."""
+
+
+def refusal(exc: BaseException, broker: BrokerConfig) -> str | None:
+    """What to fix when a failed connection (``exc``, an ``aiomqtt.MqttError``) is the broker refusing this client, or
+    its certificate not verifying; None for a failure that retrying may cure (no route, a closed port, a broker that
+    restarts)."""
+    import aiomqtt
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    rc = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
+    if (rc.value if isinstance(rc, ReasonCode) else rc) in REFUSED_CODES:
+        who = f"user {broker.username!r}" if broker.username else "a client without a user name (give one: USER@HOST)"
+        password = ("with the password given" if broker.password else
+                    f"without a password (none in ${PASSWORD_ENV} or --password-file)")
+        return (f"the broker {broker.url} refused {who} {password} ({exc}); check the user name, its password and "
+                f"that the broker's password_file has that user (mosquitto_passwd; docs/fleet.md, Two machines)")
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        fix = (f"is the broker's certificate signed by {broker.ca_file}, and does its subjectAltName name "
+               f"{broker.host}?" if broker.ca_file else
+               "give the CA certificate that signed it with --ca FILE")
+        return (f"the certificate of the broker {broker.host}:{broker.port} does not verify ({exc}): {fix} "
+                f"(docs/fleet.md, Two machines)")
+    if "WRONG_VERSION_NUMBER" in str(exc):
+        return (f"{broker.host}:{broker.port} does not speak TLS ({exc}): use mqtt:// for a plain listener, or the "
+                f"port of the broker's TLS listener")
+    return None
