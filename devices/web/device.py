@@ -475,8 +475,9 @@ class PlaywrightDevice(AsyncContextDevice):
         found = await self._evaluate_readonly("find the focused element", FOCUSED_JS)
         if not isinstance(found, dict):
             return None
-        return ElementInfo(text=str(found.get("text") or ""), box=self._css_box_to_frame(found["box"], view),
-                           role=str(found.get("tag") or ""), password=bool(found.get("password")))
+        return ElementInfo(text=str(found.get("label") or found.get("text") or ""),
+                           box=self._css_box_to_frame(found["box"], view), role=str(found.get("tag") or ""),
+                           password=bool(found.get("password")))
 
     async def act(self, action: Action) -> ActionResult:
         self._fresh = None

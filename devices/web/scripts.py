@@ -14,9 +14,25 @@ VIEW_JS = """() => {
           sy: window.scrollY, url: location.href, title: document.title, pw: pw};
 }"""
 
-ELEMENT_JS = """([x, y]) => {
+# What a press on an element activates, as the guard reads it: the control the element lies in (a button's label
+# split across spans, an icon inside a button named by its aria-label or title), with every name it has; a "control"
+# holding a long text is a container (a card inside a link), so the element speaks for itself. Invisible format
+# characters go before the cut (bidi controls stay: they reorder what is drawn). Shared by ELEMENT_JS and FOCUSED_JS.
+_LABEL_OF = r"""
   const CONTROLS = 'button, a, summary, label, input, select, [role=button], [role=link], [role=menuitem], ' +
     '[role=menuitemcheckbox], [role=menuitemradio], [role=tab], [role=option], [role=switch], [role=checkbox]';
+  const labelOf = (el) => {
+    const up = el.closest(CONTROLS);
+    const c = up && (up.innerText || '').length <= 120 ? up : el;
+    const named = ['button', 'submit', 'reset'].includes((c.type || '').toLowerCase()) ? c.value : '';
+    return [c.innerText, c.getAttribute('aria-label'), c.getAttribute('title'), c.getAttribute('alt'),
+            c.getAttribute('placeholder'), named]
+      .filter(Boolean).join(' ').replace(/(?![\u202a-\u202e\u2066-\u2069])\p{Cf}/gu, '')
+      .trim().slice(0, 200);
+  };
+"""
+
+ELEMENT_JS = """([x, y]) => {""" + _LABEL_OF + """
   const el = document.elementFromPoint(x, y);
   if (!el) return null;
   const b = el.getBoundingClientRect();
@@ -27,18 +43,7 @@ ELEMENT_JS = """([x, y]) => {
           text: (el.innerText || el.getAttribute('aria-label') || el.getAttribute('placeholder') ||
                  ((el.type || '').toLowerCase() === 'password' ? '' : (el.value || '')))
                 .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
-          // what a press here activates, as the guard reads it: the control the point lies in (a button's label
-          // split across spans, an icon inside a button named by its aria-label or title), with every name it has;
-          // a "control" holding a long text is a container (a card inside a link), so the element speaks for itself
-          label: (() => {
-            const up = el.closest(CONTROLS);
-            const c = up && (up.innerText || '').length <= 120 ? up : el;
-            const named = ['button', 'submit', 'reset'].includes((c.type || '').toLowerCase()) ? c.value : '';
-            return [c.innerText, c.getAttribute('aria-label'), c.getAttribute('title'), c.getAttribute('alt'),
-                    c.getAttribute('placeholder'), named]
-              .filter(Boolean).join(' ').replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '')
-              .trim().slice(0, 200);
-          })(),
+          label: labelOf(el),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""
 
@@ -58,7 +63,7 @@ MASK_FOCUSED_JS = """() => {
   return !!a;
 }"""
 
-FOCUSED_JS = """() => {
+FOCUSED_JS = """() => {""" + _LABEL_OF + """
   let a = document.activeElement;
   while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
   if (!a || a === document.body || a === document.documentElement) return null;
@@ -67,17 +72,6 @@ FOCUSED_JS = """() => {
   return {tag: a.tagName.toLowerCase(), password: pw,
           text: (a.getAttribute('aria-label') || a.getAttribute('placeholder') || a.innerText || '')
                 .replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '').trim().slice(0, 80),
-          // what a press here activates, as the guard reads it: the control the point lies in (a button's label
-          // split across spans, an icon inside a button named by its aria-label or title), with every name it has;
-          // a "control" holding a long text is a container (a card inside a link), so the element speaks for itself
-          label: (() => {
-            const up = el.closest(CONTROLS);
-            const c = up && (up.innerText || '').length <= 120 ? up : el;
-            const named = ['button', 'submit', 'reset'].includes((c.type || '').toLowerCase()) ? c.value : '';
-            return [c.innerText, c.getAttribute('aria-label'), c.getAttribute('title'), c.getAttribute('alt'),
-                    c.getAttribute('placeholder'), named]
-              .filter(Boolean).join(' ').replace(/(?![\\u202a-\\u202e\\u2066-\\u2069])\\p{Cf}/gu, '')
-              .trim().slice(0, 200);
-          })(),
+          label: labelOf(a),
           box: [b.left, b.top, b.right, b.bottom]};
 }"""

@@ -266,6 +266,29 @@ def test_type_unicode_and_password_fields(tmp_path):
         on_device(site.url("form.html"), scenario, **SMALL)
 
 
+def test_the_focused_element_is_read_with_the_control_it_lies_in(tmp_path):
+    """What the guard asks when a key or typing presses whatever has the focus: the focused control with every name
+    it has (a label split across spans, an icon named only by aria-label), a password field as such, none when the
+    page itself has the focus."""
+    site = serve(tmp_path, page="""<button id=split><span>De</span><span>lete</span></button>
+        <button id=icon aria-label="Remove account"><svg width=10 height=10></svg></button>
+        <input id=pw type=password value=hunter2>""")
+
+    async def scenario(device):
+        seen = [await device.focused_element()]
+        for element in ("split", "icon", "pw"):
+            await device.evaluate(f"document.getElementById('{element}').focus()")
+            seen.append(await device.focused_element())
+        return seen
+
+    with site:
+        nothing, split, icon, pw = on_device(site.url("page.html"), scenario, **SMALL)
+    assert nothing is None
+    assert (split.text, split.role, split.password) == ("Delete", "button", False)
+    assert icon.text == "Remove account" and pw.password and "hunter2" not in pw.text
+    assert split.box is not None and split.box.x1 < split.box.x2
+
+
 def test_key_and_hotkey(tmp_path):
     field = "document.getElementById('name')"
 
