@@ -69,7 +69,8 @@ def test_web_and_desktop_actors_train_with_a_learner_and_survive_a_kill_9(tmp_pa
     try:
         server = fleet.policy_server()
         level = ("--group-level", "episode", "--policy", f"openai:{server.url}")
-        learner = fleet.learner("--group-level", "episode", "--group-timeout", "5", *sets("train.steps=4"))
+        # 6 updates: the group web-1 leaves open must outlive its 5 s timeout before the learner is done
+        learner = fleet.learner("--group-level", "episode", "--group-timeout", "5", *sets("train.steps=6"))
         web = fleet.actor("web-1", "generated/click", "web", *level)
         desk = fleet.actor("desk-1", "desktop/click", "desktop", *level, display=fleet.xvfb())
         wait_for(lambda: fleet.updates() >= 1, 400, "the first update", alive=[learner, web, desk], logs=logs)
@@ -80,11 +81,11 @@ def test_web_and_desktop_actors_train_with_a_learner_and_survive_a_kill_9(tmp_pa
         done_before, in_flight = episodes_done(fleet, "web-1")
         assert in_flight  # the steps it finished before the kill are on disk
         web = fleet.actor("web-1", "generated/click", "web", *level)  # starts again
-        wait_for(lambda: learner.poll() is not None, 400, "the learner's 4 updates", alive=[web, desk], logs=logs)
+        wait_for(lambda: learner.poll() is not None, 400, "the learner's 6 updates", alive=[web, desk], logs=logs)
         status = fleet_status(fleet)
         assert learner.returncode == 0, logs()
         metrics = fleet.metrics()
-        assert fleet.updates() == 4 and metrics[-1]["online/groups_expired"] >= 1  # the group web-1 left incomplete
+        assert fleet.updates() == 6 and metrics[-1]["online/groups_expired"] >= 1  # the group web-1 left incomplete
         assert len(set(fleet.versions("desk-1"))) >= 2  # the desktop actor switched versions between steps
         assert len(set(fleet.versions("web-1"))) >= 2
         received = fleet.received()
